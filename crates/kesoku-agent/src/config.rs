@@ -1,0 +1,158 @@
+//! The agent's settings: who it is, how it schedules, and the limits of each lane.
+//!
+//! Embedded by the binary as `[agent]` and `[limits.<lane>]` in `kesoku.toml`; every field has
+//! a default so an empty file works.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kesoku_core::Lane;
+use serde::{Deserialize, Serialize};
+
+/// What a new message on a channel does to a turn already running there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueMode {
+    /// Stop the running turn; the newest message wins (the spec's default).
+    #[default]
+    Interrupt,
+    /// Let the running turn finish, then take the next message.
+    Queue,
+    /// The new message joins the running turn at its next model or tool boundary.
+    Steer,
+}
+
+/// Per-activation resource limits. `None` means unlimited for that resource; the runtime limit
+/// always applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock seconds a turn may run.
+    pub runtime_s: u64,
+    /// Model calls a turn may make.
+    pub model_calls: u32,
+    /// Tool calls a turn may make.
+    pub tool_calls: u32,
+}
+
+impl Limits {
+    pub fn runtime(&self) -> Duration {
+        Duration::from_secs(self.runtime_s)
+    }
+
+    /// Defaults per lane: a person waiting gets a generous but bounded turn; maintenance is small.
+    pub fn default_for(lane: Lane) -> Limits {
+        match lane {
+            Lane::Interactive => Limits { runtime_s: 900, model_calls: 40, tool_calls: 100 },
+            Lane::Responsive => Limits { runtime_s: 1800, model_calls: 60, tool_calls: 200 },
+            Lane::Background => Limits { runtime_s: 600, model_calls: 8, tool_calls: 0 },
+        }
+    }
+}
+
+/// `[limits.interactive]`, `[limits.responsive]`, `[limits.background]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaneLimits {
+    pub interactive: Option<Limits>,
+    pub responsive: Option<Limits>,
+    pub background: Option<Limits>,
+}
+
+impl LaneLimits {
+    pub fn for_lane(&self, lane: Lane) -> Limits {
+        let configured = match lane {
+            Lane::Interactive => self.interactive,
+            Lane::Responsive => self.responsive,
+            Lane::Background => self.background,
+        };
+        configured.unwrap_or_else(|| Limits::default_for(lane))
+    }
+}
+
+/// `[agent]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The agent's display name: the sender of its messages.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Which `[models.NAME]` entry answers. Optional: the binary picks a default.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// The system prompt. When unset, a built-in one is used.
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+    /// A file whose text is appended to the system prompt (the role's intro), relative to the config.
+    #[serde(default)]
+    pub system_prompt_file: Option<String>,
+    /// What a new message does to a running turn, for channels without their own setting.
+    #[serde(default)]
+    pub queue_mode: QueueMode,
+    /// Per-channel overrides: `"cli:cli" = "queue"` (key `chatbot:channel`).
+    #[serde(default)]
+    pub channel_queue_modes: BTreeMap<String, QueueMode>,
+    /// Turns running at once, across all sessions.
+    #[serde(default = "default_max_concurrent_turns")]
+    pub max_concurrent_turns: usize,
+    /// A `processing` message whose claim is older than this (seconds) is an orphan of a dead
+    /// worker and is retried. Live workers renew their claim well within it.
+    #[serde(default = "default_orphan_after_s")]
+    pub orphan_after_s: u64,
+    /// Deepest agent-to-agent chain allowed.
+    #[serde(default = "default_max_depth")]
+    pub max_depth: u32,
+    /// Write every model request and response to the session's staging folder.
+    #[serde(default)]
+    pub debug: bool,
+    /// Default locale and timezone shown to the model when a platform gives none.
+    #[serde(default)]
+    pub locale: Option<String>,
+    #[serde(default)]
+    pub timezone: Option<String>,
+}
+
+fn default_name() -> String {
+    kesoku_core::message::DEFAULT_AGENT_NAME.to_owned()
+}
+
+fn default_max_concurrent_turns() -> usize {
+    16
+}
+
+fn default_orphan_after_s() -> u64 {
+    300
+}
+
+fn default_max_depth() -> u32 {
+    4
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        AgentConfig {
+            name: default_name(),
+            model: None,
+            system_prompt: None,
+            system_prompt_file: None,
+            queue_mode: QueueMode::default(),
+            channel_queue_modes: BTreeMap::new(),
+            max_concurrent_turns: default_max_concurrent_turns(),
+            orphan_after_s: default_orphan_after_s(),
+            max_depth: default_max_depth(),
+            debug: false,
+            locale: None,
+            timezone: None,
+        }
+    }
+}
+
+impl AgentConfig {
+    pub fn queue_mode_for(&self, chatbot_id: &str, channel_id: &str) -> QueueMode {
+        self.channel_queue_modes.get(&format!("{chatbot_id}:{channel_id}")).copied().unwrap_or(self.queue_mode)
+    }
+
+    pub fn orphan_after(&self) -> Duration {
+        Duration::from_secs(self.orphan_after_s)
+    }
+}

@@ -1,0 +1,23 @@
+//! The agent runtime: activations become turns.
+//!
+//! [`Agent`] takes `pending_agent` messages from the gateway, turns each into an activation on a
+//! priority lane, records it in the ledger, and runs it on a worker pool with one worker per
+//! session at a time: claim the message, prepare the model's view (system prompt, activation
+//! context entry, the session history), then the turn loop ([`turn`]) of model calls and tool
+//! runs, every step posted as a message. How the turn ended decides the root's final status and
+//! the ledger outcome.
+//!
+//! This crate talks to traits (`Store`, `Ledger`, `Queue`, `Model`, `Tool`) through the gateway
+//! and never to SQL, HTTP or platforms directly.
+
+pub mod config;
+pub mod context;
+pub mod entries;
+mod liveness;
+pub mod runtime;
+pub mod turn;
+
+pub use config::{AgentConfig, LaneLimits, Limits, QueueMode};
+pub use context::{ActivationContext, LimitKind};
+pub use runtime::{Agent, AgentDeps, AgentError, ModelSet, RecoveryReport, RunningTurn};
+pub use turn::{StopSignal, TurnEnd};

@@ -1,0 +1,498 @@
+//! The turn loop: model call → thoughts and tool calls posted → tools run concurrently →
+//! results posted → next model call … → final text.
+//!
+//! Every step is a message written through the gateway before anything else happens, so a
+//! crash at any point leaves a history the next run can continue from. The loop owns no
+//! status of the root message: it returns how the turn ended and the runtime resolves it.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use kesoku_broker::StopReason;
+use kesoku_core::history::turn_root;
+use kesoku_core::{Message, MessageId, MessageType, Role, Status, TurnMetrics, TurnOrigin, Usage};
+use kesoku_gateway::{Gateway, GatewayError};
+use kesoku_llm::{
+    FinishReason, HistoryOptions, LlmError, Request, Response, ToolDeclaration, collect_response,
+    history_to_conversation,
+};
+use kesoku_tools::{Registry, ToolContext, ToolOutput};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::{ActivationContext, LimitKind};
+
+/// Text of the nudge posted after an empty model answer.
+pub const NUDGE_TEXT: &str = "Your previous response had empty content. Please provide a final user-facing response \
+summarizing your results/actions.";
+/// Reply when the model answers with nothing even after the nudge.
+pub const EMPTY_FALLBACK_TEXT: &str =
+    "I could not produce an answer this time. Please try again, or rephrase your request.";
+/// How long tools get to clean up (kill their processes) after a stop.
+const TOOL_CLEANUP_GRACE: Duration = Duration::from_secs(5);
+
+/// A stop request with its reason; cheap to clone, first reason wins.
+#[derive(Clone, Default)]
+pub struct StopSignal {
+    token: CancellationToken,
+    reason: Arc<OnceLock<StopReason>>,
+}
+
+impl std::fmt::Debug for StopSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StopSignal").field("reason", &self.reason.get()).finish()
+    }
+}
+
+impl StopSignal {
+    pub fn stop(&self, reason: StopReason) {
+        let _ = self.reason.set(reason);
+        self.token.cancel();
+    }
+
+    pub fn reason(&self) -> Option<StopReason> {
+        self.reason.get().copied()
+    }
+
+    pub fn is_stopped(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+/// How a turn ended.
+#[derive(Debug)]
+pub enum TurnEnd {
+    /// A final text was posted.
+    Answered { note: Option<String> },
+    /// A limit stopped it; a final text saying so was posted.
+    LimitExceeded { limit: String },
+    /// A stop request ended it.
+    Stopped { reason: StopReason },
+    /// It failed; `detail` is the full error (for the staging folder), `short` for the user.
+    Failed { detail: String, short: String },
+}
+
+/// A sink for each model call's request and answer (debug mode).
+pub type ModelLog = dyn Fn(u32, &Request, Result<&Response, &LlmError>) + Send + Sync;
+
+/// What the loop needs from the runtime.
+pub struct TurnDeps<'a> {
+    pub gateway: &'a Gateway,
+    pub tools: &'a Registry,
+    pub workspace: &'a PathBuf,
+    pub staging_dir: PathBuf,
+    pub agent_name: &'a str,
+    pub system_prompt: &'a str,
+    /// Virtual entries put before the root (activation context, trigger context).
+    pub entries: Vec<Message>,
+    /// Called with each model request/response when debugging is on.
+    pub model_log: Option<&'a ModelLog>,
+}
+
+/// One running turn.
+pub struct Turn<'a> {
+    deps: TurnDeps<'a>,
+    context: &'a ActivationContext,
+    origin: TurnOrigin,
+    root: Message,
+    /// The session in phased order, kept up to date in memory as the turn posts.
+    history: Vec<Message>,
+    stop: StopSignal,
+    pub usage: Usage,
+    step: u32,
+    /// Tool calls of this turn still waiting for a result, by message id.
+    open_calls: HashMap<MessageId, Message>,
+    last_input_tokens: u64,
+}
+
+enum StepError {
+    Stopped,
+    Limit(LimitKind),
+    Model(LlmError),
+    Store(GatewayError),
+}
+
+impl From<GatewayError> for StepError {
+    fn from(error: GatewayError) -> Self {
+        StepError::Store(error)
+    }
+}
+
+impl<'a> Turn<'a> {
+    pub fn new(
+        deps: TurnDeps<'a>,
+        context: &'a ActivationContext,
+        root: Message,
+        history: Vec<Message>,
+        stop: StopSignal,
+    ) -> Self {
+        let origin = TurnOrigin::of(&root, deps.agent_name);
+        // A recovered turn continues after the steps its earlier run stored.
+        let by_id: HashMap<&MessageId, &Message> = history.iter().map(|m| (&m.id, m)).collect();
+        let mut step = 0;
+        let mut open_calls = HashMap::new();
+        let answered: std::collections::HashSet<&MessageId> = history
+            .iter()
+            .filter(|m| m.message_type == MessageType::ToolResult)
+            .filter_map(|m| m.parent_id.as_ref())
+            .collect();
+        for message in &history {
+            if turn_root(message, &by_id) == &root.id && message.id != root.id {
+                step = step.max(message.step);
+                if message.message_type == MessageType::ToolCall && !answered.contains(&message.id) {
+                    open_calls.insert(message.id.clone(), message.clone());
+                }
+            }
+        }
+        Turn {
+            deps,
+            context,
+            origin,
+            root,
+            history,
+            stop,
+            usage: Usage::default(),
+            step,
+            open_calls,
+            last_input_tokens: 0,
+        }
+    }
+
+    /// Run to the end. Never panics on model or tool output; store failures end the turn as
+    /// `Failed` (the runtime leaves the message for recovery when it cannot even record that).
+    pub async fn run(&mut self) -> TurnEnd {
+        // Calls an earlier, crashed run left open get their synthetic result first.
+        if let Err(error) = self.close_open_calls(RESTARTED_RESULT).await {
+            return store_failure(error);
+        }
+        let mut nudged = false;
+        loop {
+            if self.stop.is_stopped() {
+                return self.stopped().await;
+            }
+            if self.usage.model_calls >= u64::from(self.context.limits.model_calls) {
+                return self.limit_reached(LimitKind::ModelCalls).await;
+            }
+            self.step += 1;
+            let response = match self.call_model().await {
+                Ok(response) => response,
+                Err(StepError::Stopped) => return self.stopped().await,
+                Err(StepError::Limit(limit)) => return self.limit_reached(limit).await,
+                Err(StepError::Model(error)) => return self.model_failure(error).await,
+                Err(StepError::Store(error)) => return store_failure(error),
+            };
+            let calls: Vec<kesoku_llm::ToolCall> = response.tool_calls().into_iter().cloned().collect();
+            let text = response.text_content();
+            match self.post_step(&response, &calls, &text).await {
+                Ok(()) => {}
+                Err(error) => return store_failure(error),
+            }
+            if !calls.is_empty() {
+                match self.run_tools().await {
+                    Ok(()) => continue,
+                    Err(StepError::Stopped) => return self.stopped().await,
+                    Err(StepError::Limit(limit)) => return self.limit_reached(limit).await,
+                    Err(StepError::Model(error)) => return self.model_failure(error).await,
+                    Err(StepError::Store(error)) => return store_failure(error),
+                }
+            }
+            if !text.trim().is_empty() {
+                return match self.post_final(text, response.text_signature().map(str::to_owned)).await {
+                    Ok(()) => TurnEnd::Answered { note: blocked_note(&response) },
+                    Err(error) => store_failure(error),
+                };
+            }
+            if response.finish_reason == FinishReason::Blocked {
+                let detail = response.finish_detail.clone().unwrap_or_else(|| "blocked".to_owned());
+                let text = format!("The model declined to answer this request ({detail}).");
+                return match self.post_final(text, None).await {
+                    Ok(()) => TurnEnd::Answered { note: Some(format!("blocked: {detail}")) },
+                    Err(error) => store_failure(error),
+                };
+            }
+            if !nudged {
+                nudged = true;
+                let nudge = self.origin.nudge(self.step, NUDGE_TEXT);
+                if let Err(error) = self.post(vec![nudge]).await {
+                    return store_failure(error);
+                }
+                continue;
+            }
+            return match self.post_final(EMPTY_FALLBACK_TEXT.to_owned(), None).await {
+                Ok(()) => TurnEnd::Answered { note: Some("empty response after a nudge".to_owned()) },
+                Err(error) => store_failure(error),
+            };
+        }
+    }
+
+    fn request(&self) -> Request {
+        let mut messages = Vec::with_capacity(self.history.len() + self.deps.entries.len() + 1);
+        messages.push(Message::system_prompt(&self.context.session_id, self.deps.system_prompt));
+        for message in &self.history {
+            if message.id == self.root.id {
+                messages.extend(self.deps.entries.iter().cloned());
+            }
+            messages.push(message.clone());
+        }
+        let options =
+            HistoryOptions { active_root: Some(&self.root.id), attachment_base: Some(self.deps.workspace.as_path()) };
+        let conversation = history_to_conversation(&messages, &options);
+        let tools = self
+            .deps
+            .tools
+            .specs()
+            .map(|spec| ToolDeclaration {
+                name: spec.name.clone(),
+                description: spec.description.clone(),
+                parameters: spec.parameters.clone(),
+            })
+            .collect();
+        Request {
+            system: conversation.system,
+            turns: conversation.turns,
+            tools,
+            output_schema: self.context.output_schema.clone(),
+            ..Request::default()
+        }
+    }
+
+    async fn call_model(&mut self) -> Result<Response, StepError> {
+        let request = self.request();
+        self.usage.model_calls += 1;
+        let model = Arc::clone(&self.context.model);
+        let answer = async {
+            let mut stream = model.stream(&request).await?;
+            collect_response(&mut stream).await
+        };
+        // Dropping `answer` drops the stream, which aborts the HTTP request.
+        let result = tokio::select! {
+            biased;
+            _ = self.stop.token().cancelled() => return Err(StepError::Stopped),
+            _ = tokio::time::sleep_until(self.context.deadline()) => return Err(StepError::Limit(LimitKind::Runtime)),
+            result = answer => result,
+        };
+        if let Some(log) = self.deps.model_log {
+            log(self.step, &request, result.as_ref());
+        }
+        let response = result.map_err(StepError::Model)?;
+        self.usage.input_tokens += response.usage.input_tokens;
+        self.usage.output_tokens += response.usage.output_tokens;
+        self.last_input_tokens = response.usage.input_tokens;
+        Ok(response)
+    }
+
+    /// Post the thoughts, any interim text and every tool call of one response, in one write,
+    /// before any tool runs.
+    async fn post_step(
+        &mut self,
+        response: &Response,
+        calls: &[kesoku_llm::ToolCall],
+        text: &str,
+    ) -> Result<(), GatewayError> {
+        let mut messages = Vec::new();
+        for (thought, signature) in response.thoughts() {
+            if !thought.trim().is_empty() || signature.is_some() {
+                messages.push(self.origin.thought(self.step, thought, signature.map(str::to_owned)));
+            }
+        }
+        if !calls.is_empty() && !text.trim().is_empty() {
+            // Text that comes with tool calls is commentary the user may see now; the turn goes on.
+            let mut interim = self.origin.final_text(self.step, text, None);
+            interim.metadata.thought_signature = response.text_signature().map(str::to_owned);
+            messages.push(interim);
+        }
+        for call in calls {
+            let mut message = self.origin.tool_call(self.step, &call.id, &call.name, call.arguments.clone());
+            message.metadata.thought_signature = call.signature.clone();
+            messages.push(message);
+        }
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let posted = self.post(messages).await?;
+        for message in posted {
+            if message.message_type == MessageType::ToolCall {
+                self.open_calls.insert(message.id.clone(), message);
+            }
+        }
+        Ok(())
+    }
+
+    async fn post(&mut self, messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
+        let events = self.deps.gateway.post_many(&messages).await?;
+        let stored: Vec<Message> = events.into_iter().map(|e| e.message).collect();
+        self.history.extend(stored.iter().cloned());
+        Ok(stored)
+    }
+
+    /// Run this step's open calls concurrently, posting each result as it arrives.
+    async fn run_tools(&mut self) -> Result<(), StepError> {
+        let mut calls: Vec<Message> = self.open_calls.values().filter(|m| m.step == self.step).cloned().collect();
+        calls.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        let budget = u64::from(self.context.limits.tool_calls).saturating_sub(self.usage.tool_calls);
+        let over_limit = calls.len() as u64 > budget;
+        let (allowed, refused) = calls.split_at((budget as usize).min(calls.len()));
+        for call in refused {
+            let limit = LimitKind::ToolCalls.describe(&self.context.limits);
+            let text = format!("Tool call not run: the turn reached its {limit}.");
+            self.post_result(call, ToolOutput::failure(text)).await?;
+        }
+        self.usage.tool_calls += allowed.len() as u64;
+
+        let cancel = CancellationToken::new();
+        let mut running = FuturesUnordered::new();
+        for call in allowed {
+            let name = call.metadata.tool_name.clone().unwrap_or_default();
+            let arguments = call.metadata.tool_arguments.clone().unwrap_or(serde_json::Value::Null);
+            let call_id = call.metadata.tool_call_id.clone().unwrap_or_else(|| call.id.to_string());
+            let ctx = ToolContext::new(
+                self.deps.workspace.clone(),
+                self.deps.staging_dir.clone(),
+                self.context.session_id.clone(),
+                call_id,
+            )
+            .with_cancel(cancel.clone());
+            let tools = self.deps.tools;
+            let call = call.clone();
+            running.push(async move {
+                let output = tools.call(&name, &ctx, arguments).await;
+                (call, output)
+            });
+        }
+        let deadline = self.context.deadline();
+        let stop = self.stop.clone();
+        let mut ended: Option<StepError> = None;
+        while ended.is_none() {
+            tokio::select! {
+                biased;
+                _ = stop.token().cancelled() => ended = Some(StepError::Stopped),
+                _ = tokio::time::sleep_until(deadline) => ended = Some(StepError::Limit(LimitKind::Runtime)),
+                next = running.next() => match next {
+                    Some((call, output)) => self.post_result(&call, output).await?,
+                    None => break,
+                },
+            }
+        }
+        if let Some(error) = ended {
+            // Tell the tools to stop and give them a moment to kill their processes; their
+            // outputs are replaced by the synthetic results the caller posts.
+            cancel.cancel();
+            let _ = tokio::time::timeout(TOOL_CLEANUP_GRACE, async { while running.next().await.is_some() {} }).await;
+            return Err(error);
+        }
+        if over_limit {
+            return Err(StepError::Limit(LimitKind::ToolCalls));
+        }
+        Ok(())
+    }
+
+    async fn post_result(&mut self, call: &Message, output: ToolOutput) -> Result<(), GatewayError> {
+        let result = self.origin.tool_result(call, output.content, output.summary, output.error);
+        self.post(vec![result]).await?;
+        self.open_calls.remove(&call.id);
+        Ok(())
+    }
+
+    /// Give every open call a synthetic result and mark it interrupted.
+    async fn close_open_calls(&mut self, text: &str) -> Result<(), GatewayError> {
+        let mut calls: Vec<Message> = self.open_calls.values().cloned().collect();
+        calls.sort_by(|a, b| a.id.cmp(&b.id));
+        for call in calls {
+            self.post_result(&call, ToolOutput::failure(text)).await?;
+            let current = self.deps.gateway.store().get_message(&call.id).await?.map(|m| m.status);
+            if current.is_some_and(|s| s.can_transition_to(Status::Interrupted)) {
+                self.deps.gateway.update_status(&call.id, Status::Interrupted).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn stopped(&mut self) -> TurnEnd {
+        let reason = self.stop.reason().unwrap_or(StopReason::UserRequest);
+        let text = match reason {
+            StopReason::NewerMessage => INTERRUPTED_BY_NEWER_RESULT,
+            StopReason::UserRequest => STOPPED_BY_USER_RESULT,
+            StopReason::Shutdown => RESTARTED_RESULT,
+        };
+        if let Err(error) = self.close_open_calls(text).await {
+            return store_failure(error);
+        }
+        TurnEnd::Stopped { reason }
+    }
+
+    async fn limit_reached(&mut self, limit: LimitKind) -> TurnEnd {
+        let described = limit.describe(&self.context.limits);
+        if let Err(error) =
+            self.close_open_calls(&format!("Tool call not finished: the turn reached its {described}.")).await
+        {
+            return store_failure(error);
+        }
+        let text = format!(
+            "⏹ I stopped working on this because the turn reached its {described}. \
+             Ask me to continue if you want me to go on."
+        );
+        match self.post_final(text, None).await {
+            Ok(()) => TurnEnd::LimitExceeded { limit: described },
+            Err(error) => store_failure(error),
+        }
+    }
+
+    async fn model_failure(&mut self, error: LlmError) -> TurnEnd {
+        if let Err(store_error) = self.close_open_calls(INTERRUPTED_BY_ERROR_RESULT).await {
+            return store_failure(store_error);
+        }
+        TurnEnd::Failed { detail: format!("{error:?}\n{error}"), short: error.to_string() }
+    }
+
+    async fn post_final(&mut self, text: String, signature: Option<String>) -> Result<(), GatewayError> {
+        let metrics = self.metrics();
+        let mut message = self.origin.final_text(self.step.max(1), text, Some(metrics));
+        message.metadata.thought_signature = signature;
+        self.post(vec![message]).await?;
+        Ok(())
+    }
+
+    fn metrics(&self) -> TurnMetrics {
+        let completed = self
+            .history
+            .iter()
+            .filter(|m| {
+                m.parent_id.is_none()
+                    && m.id != self.root.id
+                    && matches!(m.role, Role::User | Role::System)
+                    && m.status == Status::Processed
+            })
+            .count() as u64;
+        TurnMetrics {
+            session_turns: completed + 1,
+            context_tokens: self.last_input_tokens,
+            turn_tool_calls: self.usage.tool_calls,
+            turn_tokens: self.usage.total_tokens(),
+            turn_time: (self.context.elapsed().as_secs_f64() * 100.0).round() / 100.0,
+        }
+    }
+}
+
+/// Synthetic result of a call cut off by a newer message.
+pub const INTERRUPTED_BY_NEWER_RESULT: &str = "Tool call interrupted: a newer message arrived before it finished.";
+/// Synthetic result of a call cut off by a stop request.
+pub const STOPPED_BY_USER_RESULT: &str = "Tool call interrupted: the user stopped the turn before it finished.";
+/// Synthetic result of a call its process never finished (crash, restart, shutdown).
+pub const RESTARTED_RESULT: &str = "Tool call interrupted: the service restarted before it returned a result.";
+/// Synthetic result of a call left open when the turn failed.
+pub const INTERRUPTED_BY_ERROR_RESULT: &str = "Tool call interrupted: the turn failed before it finished.";
+
+fn store_failure(error: GatewayError) -> TurnEnd {
+    TurnEnd::Failed { detail: format!("{error:?}\n{error}"), short: "the message store failed".to_owned() }
+}
+
+fn blocked_note(response: &Response) -> Option<String> {
+    (response.finish_reason == FinishReason::MaxOutputTokens).then(|| "answer cut at the output token limit".to_owned())
+}

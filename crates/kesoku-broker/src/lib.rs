@@ -1,0 +1,94 @@
+//! Broadcast (pub/sub) and the lane queue.
+//!
+//! The broker only wakes people up: every message it carries is already durable in the store,
+//! so a subscriber that lags or restarts catches up from the store, never from the broker.
+//! [`Broker`] and [`Queue`] are small traits with in-process backends here; a Redis backend
+//! plugs in behind the same traits when Kesoku scales out across processes.
+//!
+//! This crate knows no SQL and no platform; it moves events and activations, nothing else.
+
+mod memory;
+pub mod queue;
+
+use async_trait::async_trait;
+use kesoku_core::{Message, SessionId};
+use serde::{Deserialize, Serialize};
+
+pub use memory::MemoryBroker;
+pub use queue::{MemoryQueue, Queue, QueueDepths};
+
+/// A message was written: its state as of revision `rev`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageNotice {
+    pub rev: i64,
+    /// Created by this change (else updated).
+    pub created: bool,
+    pub message: Message,
+}
+
+/// Why a running turn is asked to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// A newer message arrived on the same channel.
+    NewerMessage,
+    /// A person asked (`/stop`, the API, Ctrl-C).
+    UserRequest,
+    /// The service is shutting down.
+    Shutdown,
+}
+
+/// Control signals that must reach whichever process runs a session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "control", rename_all = "snake_case")]
+pub enum Control {
+    /// Stop the session's running turn, unless that turn's root is `unless_root` (the newer
+    /// message that caused the stop may already be running when a late signal arrives).
+    Stop {
+        session_id: SessionId,
+        reason: StopReason,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        unless_root: Option<kesoku_core::MessageId>,
+    },
+}
+
+/// What travels on the broadcast.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum BrokerEvent {
+    Message(Box<MessageNotice>),
+    Control(Control),
+}
+
+/// What a subscription hands out next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Received {
+    Event(BrokerEvent),
+    /// This subscriber fell behind and `missed` events are gone: catch up from the store.
+    Lagged {
+        missed: u64,
+    },
+    /// The broker shut down.
+    Closed,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("broker unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Publish/subscribe of [`BrokerEvent`]s to every subscriber.
+#[async_trait]
+pub trait Broker: Send + Sync + 'static {
+    /// Send to every current subscriber. Never blocks on slow subscribers.
+    async fn publish(&self, event: BrokerEvent) -> Result<(), BrokerError>;
+    /// A new subscription receiving everything published from now on.
+    async fn subscribe(&self) -> Result<Box<dyn Subscription>, BrokerError>;
+}
+
+/// One subscriber's view of the broadcast.
+#[async_trait]
+pub trait Subscription: Send {
+    async fn recv(&mut self) -> Received;
+}

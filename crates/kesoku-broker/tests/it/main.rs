@@ -1,0 +1,6 @@
+//! Broker and queue behaviour.
+
+#![allow(clippy::expect_used)]
+
+mod broker;
+mod queue;

@@ -1,0 +1,25 @@
+//! Kesoku's vocabulary: messages and their three axes (role, type, status), the status
+//! transition table, typed metadata, sessions, activations and the ledger's record, ids, filters,
+//! and the phased history order.
+//!
+//! This crate does no I/O and knows no async runtime: it is the language every other crate
+//! speaks, and the place the specification's tables become code.
+
+pub mod activation;
+pub mod filter;
+pub mod history;
+pub mod ids;
+pub mod message;
+pub mod metadata;
+pub mod session;
+pub mod status;
+
+pub use activation::{
+    Activation, ActivationKind, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Outcome, SessionKind, Usage,
+};
+pub use filter::MessageFilter;
+pub use ids::{ActivationId, MessageId, SessionId};
+pub use message::{Message, Phase, TurnOrigin};
+pub use metadata::{Attachment, Metadata, TurnMetrics};
+pub use session::Session;
+pub use status::{IllegalTransition, MessageType, Role, Status, UnknownValue};

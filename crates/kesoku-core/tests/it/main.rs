@@ -1,0 +1,8 @@
+//! Integration tests of the vocabulary: the spec's tables and examples as executable checks.
+
+#![allow(clippy::expect_used)]
+
+mod categories;
+mod fixtures;
+mod phased;
+mod transitions;

@@ -1,0 +1,295 @@
+//! The gateway: the one door through which messages are written and heard.
+//!
+//! `post` persists, then broadcasts; `listen` yields the stored messages that match a filter and
+//! then live ones, without duplicates, and never drops a message because a subscriber is slow:
+//! a lagging subscriber re-reads the store. Status changes and claims go through here too, so
+//! every change is announced after it is durable.
+//!
+//! The gateway holds no state of its own beyond its two handles; it is cheap to clone.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::Stream;
+use kesoku_broker::{Broker, BrokerEvent, Control, MessageNotice, Received, StopReason};
+use kesoku_core::{Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
+use kesoku_store::{MessageEvent, Store, StoreError};
+
+/// How far back `listen` starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListenFrom {
+    /// Every stored message that matches now (for example all `pending` deliveries), then live.
+    Current,
+    /// Changes after this revision (for example an SSE client's `Last-Event-ID`), then live.
+    AfterRev(i64),
+    /// Only live changes.
+    Now,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("broadcast failed after the change was stored: {0}")]
+    Broker(#[from] kesoku_broker::BrokerError),
+}
+
+pub type GatewayResult<T> = Result<T, GatewayError>;
+
+/// How many rows a catch-up read takes at a time.
+const CATCH_UP_BATCH: u32 = 1000;
+/// Revisions kept in the duplicate filter of a listener: a live event at most this far behind
+/// the newest revision yielded is still recognised as already seen.
+const DEDUP_WINDOW: i64 = 20_000;
+
+#[derive(Clone)]
+pub struct Gateway {
+    store: Arc<dyn Store>,
+    broker: Arc<dyn Broker>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Gateway")
+    }
+}
+
+impl Gateway {
+    pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>) -> Self {
+        Gateway { store, broker }
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    pub fn broker(&self) -> &Arc<dyn Broker> {
+        &self.broker
+    }
+
+    async fn announce(&self, event: &MessageEvent) -> GatewayResult<()> {
+        let notice = MessageNotice { rev: event.rev, created: event.created, message: event.message.clone() };
+        self.broker.publish(BrokerEvent::Message(Box::new(notice))).await?;
+        Ok(())
+    }
+
+    /// Store a new message, then announce it.
+    pub async fn post(&self, message: &Message) -> GatewayResult<MessageEvent> {
+        let event = self.store.insert_message(message).await?;
+        self.announce(&event).await?;
+        Ok(event)
+    }
+
+    /// Store several messages in one transaction, then announce each.
+    pub async fn post_many(&self, messages: &[Message]) -> GatewayResult<Vec<MessageEvent>> {
+        let events = self.store.insert_messages(messages).await?;
+        for event in &events {
+            self.announce(event).await?;
+        }
+        Ok(events)
+    }
+
+    /// Change a status (checked against the transition table), then announce it.
+    pub async fn update_status(&self, id: &MessageId, to: Status) -> GatewayResult<MessageEvent> {
+        let event = self.store.update_status(id, to).await?;
+        self.announce(&event).await?;
+        Ok(event)
+    }
+
+    /// Atomic compare-and-set on the status; announces only when this caller won.
+    pub async fn claim(
+        &self,
+        id: &MessageId,
+        to: Status,
+        expected: &[Status],
+        claimed_by: &str,
+    ) -> GatewayResult<Option<MessageEvent>> {
+        let event = self.store.claim(id, to, expected, claimed_by).await?;
+        if let Some(event) = &event {
+            self.announce(event).await?;
+        }
+        Ok(event)
+    }
+
+    pub async fn update_metadata(&self, id: &MessageId, metadata: &Metadata) -> GatewayResult<MessageEvent> {
+        let event = self.store.update_metadata(id, metadata).await?;
+        self.announce(&event).await?;
+        Ok(event)
+    }
+
+    /// Hand messages whose claim is older than `older_than` back to `pending_agent`, and
+    /// announce them so every dispatcher hears of the work.
+    pub async fn recover_orphans(&self, older_than: std::time::Duration) -> GatewayResult<Vec<MessageEvent>> {
+        let before = self.store.current_rev().await?;
+        let recovered = self.store.recover_orphans(older_than).await?;
+        if recovered.is_empty() {
+            return Ok(Vec::new());
+        }
+        let changed = self.store.changes_since(before, &MessageFilter::status(Status::PendingAgent), u32::MAX).await?;
+        let events: Vec<MessageEvent> =
+            changed.into_iter().filter(|event| recovered.contains(&event.message.id)).collect();
+        for event in &events {
+            self.announce(event).await?;
+        }
+        Ok(events)
+    }
+
+    /// The active session of a (chatbot, channel), created when there is none.
+    pub async fn resolve_session(&self, chatbot_id: &str, channel_id: &str) -> GatewayResult<Session> {
+        Ok(self.store.resolve_session(chatbot_id, channel_id).await?)
+    }
+
+    /// Ask whichever process runs `session_id` to stop its turn.
+    /// `unless_root`: leave the turn alone if it is the one this message started.
+    pub async fn request_stop(
+        &self,
+        session_id: &SessionId,
+        reason: StopReason,
+        unless_root: Option<&MessageId>,
+    ) -> GatewayResult<()> {
+        let control = Control::Stop { session_id: session_id.clone(), reason, unless_root: unless_root.cloned() };
+        self.broker.publish(BrokerEvent::Control(control)).await?;
+        Ok(())
+    }
+
+    /// Stored messages matching `filter` (from `from`), then live ones, each change once.
+    ///
+    /// The stream ends only when the broker closes. Store errors are yielded and the stream
+    /// goes on (a later catch-up retries the read).
+    pub fn listen(
+        &self,
+        filter: MessageFilter,
+        from: ListenFrom,
+    ) -> impl Stream<Item = GatewayResult<MessageEvent>> + Send + 'static {
+        let store = Arc::clone(&self.store);
+        let broker = Arc::clone(&self.broker);
+        async_stream::stream! {
+            // Subscribe before reading the store, so nothing written in between is missed.
+            let mut subscription = match broker.subscribe().await {
+                Ok(subscription) => subscription,
+                Err(error) => {
+                    yield Err(GatewayError::Broker(error));
+                    return;
+                }
+            };
+            let mut seen = Seen::default();
+            let mut pending_catch_up = match from {
+                ListenFrom::Current => Some(CatchUp::Current),
+                ListenFrom::AfterRev(rev) => Some(CatchUp::After(rev)),
+                ListenFrom::Now => None,
+            };
+            loop {
+                if let Some(catch_up) = pending_catch_up.take() {
+                    match read_store(store.as_ref(), &filter, catch_up).await {
+                        Ok(events) => {
+                            for event in events {
+                                if seen.admit(&event.message.id, event.rev) {
+                                    yield Ok(event);
+                                }
+                            }
+                        }
+                        Err(error) => yield Err(GatewayError::Store(error)),
+                    }
+                }
+                match subscription.recv().await {
+                    Received::Event(BrokerEvent::Message(notice)) => {
+                        if filter.matches(&notice.message) && seen.admit(&notice.message.id, notice.rev) {
+                            let notice = *notice;
+                            yield Ok(MessageEvent { rev: notice.rev, created: notice.created, message: notice.message });
+                        }
+                    }
+                    Received::Event(BrokerEvent::Control(_)) => {}
+                    Received::Lagged { .. } => {
+                        // Broadcasts were lost to this subscriber: the store has them.
+                        pending_catch_up = Some(match from {
+                            ListenFrom::Current => CatchUp::Current,
+                            ListenFrom::AfterRev(_) | ListenFrom::Now => {
+                                CatchUp::After(seen.newest.saturating_sub(DEDUP_WINDOW / 2).max(0))
+                            }
+                        });
+                    }
+                    Received::Closed => return,
+                }
+            }
+        }
+    }
+
+    /// Control signals (stop requests) from any process.
+    pub fn controls(&self) -> impl Stream<Item = Control> + Send + 'static {
+        let broker = Arc::clone(&self.broker);
+        async_stream::stream! {
+            let Ok(mut subscription) = broker.subscribe().await else { return };
+            loop {
+                match subscription.recv().await {
+                    Received::Event(BrokerEvent::Control(control)) => yield control,
+                    Received::Event(BrokerEvent::Message(_)) | Received::Lagged { .. } => {}
+                    Received::Closed => return,
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum CatchUp {
+    /// Everything matching now.
+    Current,
+    /// Changes after a revision.
+    After(i64),
+}
+
+async fn read_store(
+    store: &dyn Store,
+    filter: &MessageFilter,
+    catch_up: CatchUp,
+) -> Result<Vec<MessageEvent>, StoreError> {
+    let mut after = match catch_up {
+        CatchUp::After(rev) => rev,
+        CatchUp::Current => {
+            // The current state of every matching message, oldest first; revisions let the
+            // duplicate filter recognise the same state arriving live.
+            let mut limited = filter.clone();
+            limited.limit = None;
+            let mut events = store.changes_since(0, &limited, u32::MAX).await?;
+            events.sort_by_key(|e| e.rev);
+            return Ok(events);
+        }
+    };
+    let mut out = Vec::new();
+    loop {
+        let batch = store.changes_since(after, filter, CATCH_UP_BATCH).await?;
+        let done = batch.len() < CATCH_UP_BATCH as usize;
+        if let Some(last) = batch.last() {
+            after = last.rev;
+        }
+        out.extend(batch);
+        if done {
+            return Ok(out);
+        }
+    }
+}
+
+/// Which (message, revision) a listener already yielded, within a bounded window of revisions.
+#[derive(Default)]
+struct Seen {
+    rev_by_id: HashMap<MessageId, i64>,
+    newest: i64,
+}
+
+impl Seen {
+    /// Record `rev` of `id`; false when that state (or a newer one) was already yielded.
+    fn admit(&mut self, id: &MessageId, rev: i64) -> bool {
+        if self.rev_by_id.get(id).is_some_and(|&last| last >= rev) {
+            return false;
+        }
+        self.rev_by_id.insert(id.clone(), rev);
+        if rev > self.newest {
+            self.newest = rev;
+            if self.rev_by_id.len() > 2 * DEDUP_WINDOW as usize {
+                let floor = self.newest - DEDUP_WINDOW;
+                self.rev_by_id.retain(|_, r| *r > floor);
+            }
+        }
+        true
+    }
+}

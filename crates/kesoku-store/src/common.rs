@@ -1,0 +1,71 @@
+//! Rules both backends apply before and after their SQL: stamping, claim validation, error
+//! mapping. Nothing here talks to a database.
+
+use chrono::{DateTime, Utc};
+use kesoku_core::{Message, MessageId, Status};
+
+use crate::MessageEvent;
+use crate::clock::truncate;
+use crate::decode::StoredMessage;
+use crate::error::{StoreError, StoreResult};
+
+/// How many times a status compare-and-set that lost to a concurrent change is retried.
+pub(crate) const CAS_ATTEMPTS: usize = 8;
+
+/// Whether opening may create a new, empty store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpenMode {
+    CreateIfMissing,
+    MustExist,
+}
+
+/// The message as it will be stored: times filled in where unset, all cut to microseconds.
+pub(crate) fn stamp(message: &Message, now: DateTime<Utc>) -> Message {
+    let mut stamped = message.clone();
+    stamped.created_at = Some(truncate(message.created_at.unwrap_or(now)));
+    stamped.updated_at = Some(truncate(message.updated_at.unwrap_or(now)));
+    stamped
+}
+
+/// The first id that appears twice in a batch.
+pub(crate) fn first_repeated_id(messages: &[Message]) -> Option<&str> {
+    let mut seen = std::collections::HashSet::with_capacity(messages.len());
+    messages.iter().map(|m| m.id.as_str()).find(|id| !seen.insert(*id))
+}
+
+/// A claim must be legal from every status it expects.
+pub(crate) fn check_claim(id: &MessageId, to: Status, expected: &[Status]) -> StoreResult<()> {
+    for from in expected {
+        from.check_transition(to)
+            .map_err(|source| StoreError::IllegalTransition { id: id.as_str().to_owned(), source })?;
+    }
+    Ok(())
+}
+
+/// The event of a change that produced `stored`. In catch-up reads, `created` says whether the
+/// message was created after the reader's revision.
+pub(crate) fn event(stored: StoredMessage, created: bool) -> MessageEvent {
+    MessageEvent { rev: stored.rev, created, message: stored.message }
+}
+
+pub(crate) fn not_found(what: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound { what, id: id.to_owned() }
+}
+
+/// A failed insert: a unique violation means the id exists.
+pub(crate) fn insert_error(error: sqlx::Error, what: &'static str, id: &str) -> StoreError {
+    if error.as_database_error().is_some_and(|db| db.is_unique_violation()) {
+        StoreError::Duplicate { what, id: id.to_owned() }
+    } else {
+        StoreError::Database(error)
+    }
+}
+
+/// A failed write that referenced a session: a foreign key violation means it does not exist.
+pub(crate) fn session_reference_error(error: sqlx::Error, session_id: &str) -> StoreError {
+    if error.as_database_error().is_some_and(|db| db.is_foreign_key_violation()) {
+        not_found("session", session_id)
+    } else {
+        StoreError::Database(error)
+    }
+}

@@ -1,0 +1,287 @@
+//! The store and the ledger: the durable truth of Kesoku.
+//!
+//! Two backends implement one [`Store`] trait and one [`Ledger`] trait, chosen by URL:
+//! `sqlite://path` (the embedded default, WAL) and `postgres://…`. This is the only crate that
+//! contains SQL. It knows nothing of brokers, models or platforms.
+//!
+//! Invariants every backend keeps (the conformance suite in `tests/it` checks each):
+//! - every status change is checked against [`kesoku_core::Status::can_transition_to`];
+//! - [`Store::claim`] is one atomic compare-and-set: of many concurrent claimants exactly one wins;
+//! - every insert and every change bumps a global revision counter and stores it on the row, so
+//!   readers can catch up with [`Store::changes_since`] after missing broadcasts; a reader that
+//!   continues from the last revision it was given never skips a change that commits late
+//!   (SQLite: one writer; PostgreSQL: the rev gate, see the `postgres` module);
+//! - a change that cannot be made (illegal transition, unknown id, duplicate id, a row this
+//!   build cannot read) is a typed error and changes nothing;
+//! - nothing read from disk panics: unknown enum strings and bad JSON are typed errors.
+//!
+//! Times are stored to the microsecond (the precision both engines keep); the store stamps them
+//! from its [`Clock`], which tests replace with a [`ManualClock`].
+//!
+//! Start with [`open`] (or [`open_existing`] for commands that must not create a store), which
+//! picks the backend from the URL and returns both traits over one pool.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use kesoku_core::{
+    ActivationId, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Session, SessionId, Status, Usage,
+};
+
+mod clock;
+mod common;
+mod decode;
+mod error;
+mod migrate;
+mod postgres;
+mod sql;
+mod sqlite;
+
+pub use clock::{Clock, ManualClock};
+pub use error::{StoreError, StoreResult};
+pub use migrate::SCHEMA_VERSION;
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+pub use sqlx::postgres::PgConnectOptions;
+
+use common::OpenMode;
+
+/// A message as of one change: its full state and the revision that change got.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageEvent {
+    /// Global, strictly increasing revision of this change.
+    pub rev: i64,
+    /// Whether the change created the message (else it updated it). In
+    /// [`Store::changes_since`], whether the message was created after the reader's revision
+    /// (new to the reader, even if it changed again since).
+    pub created: bool,
+    pub message: Message,
+}
+
+/// Who holds a claimed message, and since when.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub claimed_by: String,
+    pub claimed_at: DateTime<Utc>,
+}
+
+/// Filter for listing sessions, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionFilter {
+    pub chatbot_id: Option<String>,
+    pub channel_id: Option<String>,
+    pub limit: Option<u32>,
+}
+
+/// Filter for listing ledger rows, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LedgerFilter {
+    pub session_id: Option<SessionId>,
+    /// Only rows whose outcome is not `succeeded` (failed, interrupted, cancelled, limit exceeded).
+    pub only_unsuccessful: bool,
+    pub limit: Option<u32>,
+}
+
+/// The message store: messages, sessions, the channel → active session map.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Write a new message. Stamps `created_at`/`updated_at` when unset. Fails with
+    /// [`StoreError::Duplicate`] when the id exists.
+    async fn insert_message(&self, message: &Message) -> StoreResult<MessageEvent>;
+
+    /// Write several new messages in one transaction (all or nothing), in order.
+    async fn insert_messages(&self, messages: &[Message]) -> StoreResult<Vec<MessageEvent>>;
+
+    async fn get_message(&self, id: &MessageId) -> StoreResult<Option<Message>>;
+
+    /// Messages matching `filter`, in the order they were written.
+    async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>>;
+
+    /// Change a message's status, checked against the transition table. Fails with
+    /// [`StoreError::IllegalTransition`] (nothing changed) or [`StoreError::NotFound`].
+    async fn update_status(&self, id: &MessageId, to: Status) -> StoreResult<MessageEvent>;
+
+    /// Atomic compare-and-set: set `to` only if the current status is one of `expected`.
+    /// Returns `None` when another claimant won (or the status was not expected). The
+    /// transition must be legal from every expected status. When `to` is `processing`, records
+    /// `claimed_by` and the claim time (orphan recovery measures from it).
+    async fn claim(
+        &self,
+        id: &MessageId,
+        to: Status,
+        expected: &[Status],
+        claimed_by: &str,
+    ) -> StoreResult<Option<MessageEvent>>;
+
+    /// Refresh the claim time of a `processing` message still held by `claimed_by` (the
+    /// worker's heartbeat). False when the message is no longer processing or held by another.
+    /// Changes no status and no revision.
+    async fn renew_claim(&self, id: &MessageId, claimed_by: &str) -> StoreResult<bool>;
+
+    /// Who holds a `processing` message, and since when.
+    async fn claim_of(&self, id: &MessageId) -> StoreResult<Option<Claim>>;
+
+    /// Replace a message's metadata (for example a platform id learned at delivery).
+    async fn update_metadata(&self, id: &MessageId, metadata: &Metadata) -> StoreResult<MessageEvent>;
+
+    /// The whole session in phased order (spec §5.1; [`kesoku_core::history::phased_order`]).
+    async fn session_history(&self, session_id: &SessionId) -> StoreResult<Vec<Message>>;
+
+    /// Messages left `processing` whose claim is older than `older_than` go back to
+    /// `pending_agent`. Returns the recovered ids.
+    async fn recover_orphans(&self, older_than: Duration) -> StoreResult<Vec<MessageId>>;
+
+    /// Tool calls without a tool result answering them, oldest first; in one session or all.
+    async fn orphaned_tool_calls(&self, session_id: Option<&SessionId>) -> StoreResult<Vec<Message>>;
+
+    /// Messages changed after revision `after`, latest state of each, in revision order, at
+    /// most `limit` of them. Every change with a revision at or below the last one returned is
+    /// final: a reader that continues from there never skips a change committed late.
+    async fn changes_since(&self, after: i64, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<MessageEvent>>;
+
+    /// The newest revision (0 on an empty store); changes up to it are final, so it is a safe
+    /// starting point for [`Store::changes_since`].
+    async fn current_rev(&self) -> StoreResult<i64>;
+
+    async fn create_session(&self, session: &Session) -> StoreResult<()>;
+    async fn get_session(&self, id: &SessionId) -> StoreResult<Option<Session>>;
+    async fn list_sessions(&self, filter: &SessionFilter) -> StoreResult<Vec<Session>>;
+    /// Set a session's title (and bump `updated_at`).
+    async fn set_session_title(&self, id: &SessionId, title: &str) -> StoreResult<()>;
+
+    /// The active session of a (chatbot, channel) pair, if any.
+    async fn active_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Option<SessionId>>;
+    /// Point a (chatbot, channel) pair at a session (which must exist).
+    async fn set_active_session(&self, chatbot_id: &str, channel_id: &str, session_id: &SessionId) -> StoreResult<()>;
+    /// The active session of the pair, creating and activating a new one atomically when there
+    /// is none; concurrent callers get the same session.
+    async fn resolve_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Session>;
+}
+
+/// The execution ledger: one durable row per activation.
+#[async_trait]
+pub trait Ledger: Send + Sync + 'static {
+    /// Record an enqueued activation. Idempotent on the id (a second call changes nothing).
+    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()>;
+    async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()>;
+    async fn record_finished(
+        &self,
+        id: &ActivationId,
+        at: DateTime<Utc>,
+        outcome: Outcome,
+        error: Option<&str>,
+        usage: &Usage,
+    ) -> StoreResult<()>;
+    async fn get_activation(&self, id: &ActivationId) -> StoreResult<Option<LedgerEntry>>;
+    async fn list_activations(&self, filter: &LedgerFilter) -> StoreResult<Vec<LedgerEntry>>;
+    /// Rows started but never finished (their process died): for recovery and `/state`.
+    async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>>;
+}
+
+/// Both traits over one backend (one pool).
+#[derive(Clone)]
+pub struct StoreHandle {
+    pub store: Arc<dyn Store>,
+    pub ledger: Arc<dyn Ledger>,
+}
+
+impl std::fmt::Debug for StoreHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreHandle")
+    }
+}
+
+impl StoreHandle {
+    /// Share one backend as both the store and the ledger.
+    pub fn new<B: Store + Ledger>(backend: B) -> Self {
+        let backend = Arc::new(backend);
+        StoreHandle { store: backend.clone(), ledger: backend }
+    }
+}
+
+/// Open the store named by `url`, creating it (a new SQLite file, or the tables in an empty
+/// PostgreSQL schema) when missing, and migrating an older schema.
+///
+/// URLs: `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://relative.db`), `sqlite::memory:`,
+/// `postgres://…` or `postgresql://…` (a `search_path` option chooses the schema).
+pub async fn open(url: &str) -> StoreResult<StoreHandle> {
+    open_in_mode(url, OpenMode::CreateIfMissing).await
+}
+
+/// Like [`open`], but never creates a store: a missing SQLite file or an empty PostgreSQL
+/// schema is [`StoreError::Missing`] (for read-only commands such as `kesoku history list`).
+pub async fn open_existing(url: &str) -> StoreResult<StoreHandle> {
+    open_in_mode(url, OpenMode::MustExist).await
+}
+
+async fn open_in_mode(url: &str, mode: OpenMode) -> StoreResult<StoreHandle> {
+    match Location::parse(url)? {
+        Location::SqliteFile(path) => {
+            let store = match mode {
+                OpenMode::CreateIfMissing => SqliteStore::open(&path).await?,
+                OpenMode::MustExist => SqliteStore::open_existing(&path).await?,
+            };
+            Ok(StoreHandle::new(store))
+        }
+        Location::SqliteMemory => Ok(StoreHandle::new(SqliteStore::open_in_memory().await?)),
+        Location::Postgres(options) => Ok(StoreHandle::new(PgStore::connect_in_mode(*options, mode).await?)),
+    }
+}
+
+/// Where a store URL points.
+#[derive(Debug)]
+enum Location {
+    SqliteFile(PathBuf),
+    SqliteMemory,
+    Postgres(Box<PgConnectOptions>),
+}
+
+impl Location {
+    fn parse(url: &str) -> StoreResult<Location> {
+        let bad = |reason: &str| StoreError::BadUrl { url: postgres::redact(url), reason: reason.to_owned() };
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Ok(Location::Postgres(Box::new(postgres::parse_url(url)?)));
+        }
+        let Some(rest) = url.strip_prefix("sqlite:") else {
+            return Err(bad("unknown scheme"));
+        };
+        let path = rest.strip_prefix("//").unwrap_or(rest);
+        if path == ":memory:" {
+            return Ok(Location::SqliteMemory);
+        }
+        if path.is_empty() {
+            return Err(bad("no file path after `sqlite://`"));
+        }
+        if path.contains('?') {
+            return Err(bad("query parameters are not supported for sqlite; give only the path"));
+        }
+        Ok(Location::SqliteFile(PathBuf::from(path)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_pick_the_backend() {
+        assert!(
+            matches!(Location::parse("sqlite://data/k.db"), Ok(Location::SqliteFile(p)) if p.as_path() == std::path::Path::new("data/k.db"))
+        );
+        assert!(
+            matches!(Location::parse("sqlite:///abs/k.db"), Ok(Location::SqliteFile(p)) if p.as_path() == std::path::Path::new("/abs/k.db"))
+        );
+        assert!(
+            matches!(Location::parse("sqlite:k.db"), Ok(Location::SqliteFile(p)) if p.as_path() == std::path::Path::new("k.db"))
+        );
+        assert!(matches!(Location::parse("sqlite::memory:"), Ok(Location::SqliteMemory)));
+        assert!(matches!(Location::parse("postgresql://u@h/db"), Ok(Location::Postgres(_))));
+        assert!(matches!(Location::parse("sqlite://"), Err(StoreError::BadUrl { .. })));
+        assert!(matches!(Location::parse("sqlite://k.db?mode=ro"), Err(StoreError::BadUrl { .. })));
+        let error = Location::parse("mysql://root:pw@h/db").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("unknown scheme") && !error.contains("pw@"), "{error}");
+    }
+}

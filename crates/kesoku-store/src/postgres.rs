@@ -1,0 +1,864 @@
+//! The PostgreSQL backend, for several processes sharing one store.
+//!
+//! Tables live in the first schema of the connection's `search_path` (`public` unless the
+//! URL or the options say otherwise), so one database can hold several stores.
+//!
+//! Revisions come from the sequence `kesoku_message_rev`, so writers never wait on each other.
+//! A sequence hands numbers out in call order, not commit order: a reader could see revision 11
+//! committed while 10 is still in flight and skip it for good. To prevent that, every
+//! statement that takes a revision first takes a *shared* advisory lock (the rev gate, held to
+//! the end of its transaction): the `gate` CTE, which the row producing `nextval` depends on.
+//! A catch-up read briefly takes the same lock *exclusively*, which waits for every writer in
+//! flight, reads the sequence's last value, and then only returns revisions up to it: all of
+//! those are committed (or rolled back) by then, and anything later gets a higher revision.
+//! The gate is keyed by schema, so stores in other schemas do not wait on each other.
+//!
+//! Status changes read the row first (so a corrupt row is refused before anything is written),
+//! check the transition table, then apply a compare-and-set `UPDATE … WHERE status = <what was
+//! read>`, retried when a concurrent change got there first. A claim is one
+//! `UPDATE … WHERE status IN (…)`, which PostgreSQL re-checks on the newest row version when
+//! claimants race, so exactly one wins.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use kesoku_core::{
+    ActivationId, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Session, SessionId, Status, Usage,
+};
+use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{AssertSqlSafe, Postgres, Row};
+
+use crate::clock::{Clock, truncate};
+use crate::common::{
+    CAS_ATTEMPTS, OpenMode, check_claim, event, first_repeated_id, insert_error, not_found, session_reference_error,
+    stamp,
+};
+use crate::decode::{self, BackendRow, Cells, StoredMessage};
+use crate::error::{StoreError, StoreResult};
+use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
+use crate::sql::{Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, Query, SESSION_COLUMNS, SESSION_COLUMNS_S};
+use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
+
+/// Connections per store.
+const POOL_SIZE: u32 = 8;
+/// First key of the rev gate's advisory lock (the second is the schema's hash).
+const REV_GATE_KEY: i32 = 0x6b65_7301;
+/// First key of the advisory lock held while migrating a schema.
+const MIGRATION_KEY: i32 = 0x6b65_7302;
+/// The rev gate, shared: the first CTE of every statement that takes revisions. Its keys are
+/// `$1` and `$2`.
+const GATE: &str = "WITH gate AS (SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4))";
+/// How often a session resolution that lost a race re-reads the winner.
+const RESOLVE_ATTEMPTS: usize = 3;
+
+/// A store in one PostgreSQL schema. Clones share the pool.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    clock: Clock,
+    /// The schema holding the tables, for errors and logs.
+    schema: Arc<str>,
+    /// `hashtext(schema)`: the second key of this store's advisory locks.
+    schema_key: i32,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("schema", &self.schema).finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connect to `url` (`postgres://…` or `postgresql://…`) and migrate the schema.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        Self::connect_in_mode(parse_url(url)?, OpenMode::CreateIfMissing).await
+    }
+
+    /// Connect with prepared options (for example with a `search_path` naming a test schema).
+    pub async fn connect_with(options: PgConnectOptions) -> StoreResult<Self> {
+        Self::connect_in_mode(options, OpenMode::CreateIfMissing).await
+    }
+
+    /// Connect to a database that already holds a Kesoku store ([`StoreError::Missing`] otherwise).
+    pub async fn connect_existing_with(options: PgConnectOptions) -> StoreResult<Self> {
+        Self::connect_in_mode(options, OpenMode::MustExist).await
+    }
+
+    /// Use `clock` for every timestamp this store writes and for orphan ages.
+    pub fn with_clock(mut self, clock: impl Into<Clock>) -> Self {
+        self.clock = clock.into();
+        self
+    }
+
+    /// Close the pool (waits for connections in use to come back).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    pub(crate) async fn connect_in_mode(options: PgConnectOptions, mode: OpenMode) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(30))
+            .connect_with(options)
+            .await?;
+        let (schema, schema_key): (Option<String>, Option<i32>) =
+            sqlx::query_as("SELECT current_schema()::text, hashtext(current_schema())").fetch_one(&pool).await?;
+        let (Some(schema), Some(schema_key)) = (schema, schema_key) else {
+            pool.close().await;
+            return Err(StoreError::Migration(
+                "the connection's search_path names no existing schema to keep the tables in: \
+                 create the schema or fix search_path"
+                    .to_owned(),
+            ));
+        };
+        let store = PgStore { pool, clock: Clock::system(), schema: Arc::from(schema), schema_key };
+        if let Err(error) = store.migrate(mode).await {
+            store.pool.close().await;
+            return Err(error);
+        }
+        Ok(store)
+    }
+
+    fn what(&self) -> String {
+        format!("postgresql schema `{}`", self.schema)
+    }
+
+    /// Apply pending migrations, one transaction each, under a per-schema advisory lock so
+    /// processes starting together migrate once.
+    async fn migrate(&self, mode: OpenMode) -> StoreResult<()> {
+        let what = self.what();
+        {
+            let mut conn = self.pool.acquire().await?;
+            let verdict = migrate::judge(&inspect(&mut conn).await?, &what)?;
+            if verdict == Verdict::Empty && mode == OpenMode::MustExist {
+                return Err(StoreError::Missing { what: format!("the kesoku store in {what}") });
+            }
+        }
+        loop {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+                .bind(MIGRATION_KEY)
+                .bind(self.schema_key)
+                .execute(&mut *tx)
+                .await?;
+            let verdict = migrate::judge(&inspect(&mut tx).await?, &what)?;
+            let Some(step) = migrate::next(migrate::POSTGRES, verdict) else {
+                tx.commit().await?;
+                return Ok(());
+            };
+            sqlx::raw_sql(step.sql).execute(&mut *tx).await.map_err(|error| {
+                StoreError::Migration(format!(
+                    "schema version {} ({}) could not be applied to {what}: {error}",
+                    step.version, step.description
+                ))
+            })?;
+            sqlx::query("INSERT INTO kesoku_schema_version (version, description, applied_at) VALUES ($1, $2, $3)")
+                .bind(step.version)
+                .bind(step.description)
+                .bind(self.clock.now())
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            tracing::info!(version = step.version, schema = %self.schema, "postgresql store migrated");
+        }
+    }
+
+    /// A statement taking revisions, with the rev gate's keys bound as `$1`, `$2`.
+    fn gated(&self, sql: String) -> sqlx::query::Query<'static, Postgres, PgArguments> {
+        sqlx::query(AssertSqlSafe(sql)).bind(REV_GATE_KEY).bind(self.schema_key)
+    }
+
+    /// A revision at or below which every change is final (committed or rolled back): waits
+    /// for the writers in flight.
+    async fn stable_rev(&self) -> StoreResult<i64> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
+            .bind(REV_GATE_KEY)
+            .bind(self.schema_key)
+            .execute(&mut *tx)
+            .await?;
+        let rev: i64 =
+            sqlx::query_scalar("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM kesoku_message_rev")
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(rev)
+    }
+
+    async fn insert_one(&self, message: &Message, now: DateTime<Utc>) -> StoreResult<MessageEvent> {
+        let stored = stamp(message, now);
+        let row = self
+            .gated(format!(
+                "{GATE}, r AS (SELECT nextval('kesoku_message_rev') AS rev FROM gate) \
+                 INSERT INTO messages (id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, content, \
+                 status, metadata, step, created_at, updated_at, turn_id, phase, rev, created_rev) \
+                 SELECT $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+                 COALESCE((SELECT p.turn_id FROM messages p WHERE p.id = $5 AND p.session_id = $4), $3), $17, \
+                 r.rev, r.rev FROM r RETURNING rev"
+            ))
+            .bind(stored.id.as_str())
+            .bind(stored.session_id.as_str())
+            .bind(stored.parent_id.as_ref().map(MessageId::as_str))
+            .bind(stored.chatbot_id.clone())
+            .bind(stored.channel_id.clone())
+            .bind(stored.sender.clone())
+            .bind(stored.role.as_str())
+            .bind(stored.message_type.as_str())
+            .bind(stored.content.clone())
+            .bind(stored.status.as_str())
+            .bind(stored.metadata.to_value())
+            .bind(i64::from(stored.step))
+            .bind(stored.created_at)
+            .bind(stored.updated_at)
+            .bind(stored.phase() as i64)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(|error| insert_error(error, "message", stored.id.as_str()))?;
+        let rev: i64 = row.try_get("rev")?;
+        Ok(MessageEvent { rev, created: true, message: stored })
+    }
+
+    /// Write stamped messages (no id repeated) with one statement, in order, inside `tx`;
+    /// returns their revisions.
+    ///
+    /// A message's turn is its parent's turn when the parent is stored in the same session. For
+    /// a parent written earlier in this batch that is known here; the statement cannot see rows
+    /// it inserts itself, so such messages carry the parent's own lookup instead.
+    async fn insert_batch(&self, tx: &mut PgConnection, messages: &[Message]) -> Result<Vec<i64>, sqlx::Error> {
+        let mut turn_of: HashMap<&str, (&str, Option<&str>, &str)> = HashMap::with_capacity(messages.len());
+        let mut lookups: Vec<Option<String>> = Vec::with_capacity(messages.len());
+        let mut fallbacks: Vec<String> = Vec::with_capacity(messages.len());
+        for message in messages {
+            let session = message.session_id.as_str();
+            let parent = message.parent_id.as_ref().map(MessageId::as_str);
+            let (lookup, fallback) = match parent.and_then(|p| turn_of.get(p)) {
+                Some((parent_session, lookup, fallback)) if *parent_session == session => (*lookup, *fallback),
+                Some(_) | None => (parent, message.id.as_str()),
+            };
+            turn_of.insert(message.id.as_str(), (session, lookup, fallback));
+            lookups.push(lookup.map(str::to_owned));
+            fallbacks.push(fallback.to_owned());
+        }
+        let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
+        let mut revs: Vec<i64> = sqlx::query_scalar_with(
+            AssertSqlSafe(format!(
+                "{GATE} SELECT nextval('kesoku_message_rev') FROM gate, generate_series(1, $3::int8)"
+            )),
+            gate_args(self.schema_key)?,
+        )
+        .bind(count)
+        .fetch_all(&mut *tx)
+        .await?;
+        revs.sort_unstable();
+        let texts = |f: &dyn Fn(&Message) -> String| messages.iter().map(f).collect::<Vec<String>>();
+        sqlx::query(
+            "INSERT INTO messages (id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, content, \
+             status, metadata, step, created_at, updated_at, turn_id, phase, rev, created_rev) \
+             SELECT u.id, u.session_id, u.parent_id, u.chatbot_id, u.channel_id, u.sender, u.role, u.type, \
+             u.content, u.status, u.metadata, u.step, u.created_at, u.updated_at, \
+             COALESCE((SELECT p.turn_id FROM messages p WHERE p.id = u.turn_lookup AND p.session_id = u.session_id), \
+             u.turn_fallback), u.phase, u.rev, u.rev \
+             FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], \
+             $8::text[], $9::text[], $10::text[], $11::jsonb[], $12::int8[], $13::timestamptz[], \
+             $14::timestamptz[], $15::text[], $16::text[], $17::int8[], $18::int8[]) WITH ORDINALITY \
+             AS u(id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, content, status, \
+             metadata, step, created_at, updated_at, turn_lookup, turn_fallback, phase, rev, ord) \
+             ORDER BY u.ord",
+        )
+        .bind(texts(&|m| m.id.as_str().to_owned()))
+        .bind(texts(&|m| m.session_id.as_str().to_owned()))
+        .bind(messages.iter().map(|m| m.parent_id.as_ref().map(|p| p.as_str().to_owned())).collect::<Vec<_>>())
+        .bind(texts(&|m| m.chatbot_id.clone()))
+        .bind(texts(&|m| m.channel_id.clone()))
+        .bind(texts(&|m| m.sender.clone()))
+        .bind(texts(&|m| m.role.as_str().to_owned()))
+        .bind(texts(&|m| m.message_type.as_str().to_owned()))
+        .bind(texts(&|m| m.content.clone()))
+        .bind(texts(&|m| m.status.as_str().to_owned()))
+        .bind(messages.iter().map(|m| m.metadata.to_value()).collect::<Vec<_>>())
+        .bind(messages.iter().map(|m| i64::from(m.step)).collect::<Vec<_>>())
+        .bind(messages.iter().map(|m| m.created_at).collect::<Vec<_>>())
+        .bind(messages.iter().map(|m| m.updated_at).collect::<Vec<_>>())
+        .bind(lookups)
+        .bind(fallbacks)
+        .bind(messages.iter().map(|m| m.phase() as i64).collect::<Vec<_>>())
+        .bind(revs.clone())
+        .execute(&mut *tx)
+        .await?;
+        Ok(revs)
+    }
+
+    async fn fetch_message(&self, id: &MessageId) -> StoreResult<Option<StoredMessage>> {
+        let row = sqlx::query(AssertSqlSafe(format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1")))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(decode::message).transpose()
+    }
+
+    async fn messages(&self, query: Query) -> StoreResult<Vec<StoredMessage>> {
+        let rows = bind(query).fetch_all(&self.pool).await?;
+        rows.iter().map(decode::message).collect()
+    }
+
+    async fn recover_orphans_before(
+        &self,
+        threshold: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreResult<Vec<MessageId>> {
+        // SKIP LOCKED: a row locked right now is being changed by a live worker, not orphaned.
+        let mut rows: Vec<(String, i64)> = sqlx::query_as_with(
+            AssertSqlSafe(format!(
+                "{GATE} UPDATE messages SET status = 'pending_agent', updated_at = $4, \
+                 rev = nextval('kesoku_message_rev'), claimed_by = NULL, claimed_at = NULL FROM gate \
+                 WHERE messages.id IN (SELECT o.id FROM messages o WHERE o.status = 'processing' \
+                 AND COALESCE(o.claimed_at, o.updated_at) < $3 FOR UPDATE SKIP LOCKED) \
+                 AND messages.status = 'processing' RETURNING messages.id, messages.seq"
+            )),
+            gate_args(self.schema_key)?,
+        )
+        .bind(threshold)
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.sort_by_key(|(_, seq)| *seq);
+        Ok(rows.into_iter().map(|(id, _)| MessageId::from(id)).collect())
+    }
+}
+
+impl BackendRow for PgRow {
+    fn opt_text(&self, column: &'static str) -> Result<Option<String>, String> {
+        self.try_get(column).map_err(|error| error.to_string())
+    }
+
+    fn opt_int(&self, column: &'static str) -> Result<Option<i64>, String> {
+        self.try_get(column).map_err(|error| error.to_string())
+    }
+
+    fn opt_time(&self, column: &'static str) -> Result<Option<DateTime<Utc>>, String> {
+        self.try_get(column).map_err(|error| error.to_string())
+    }
+
+    fn opt_json(&self, column: &'static str) -> Result<Option<serde_json::Value>, String> {
+        self.try_get(column).map_err(|error| error.to_string())
+    }
+}
+
+/// Parse a PostgreSQL URL; the error never repeats a password.
+pub(crate) fn parse_url(url: &str) -> StoreResult<PgConnectOptions> {
+    PgConnectOptions::from_str(url)
+        .map_err(|error| StoreError::BadUrl { url: redact(url), reason: format!("not a postgresql url: {error}") })
+}
+
+/// `scheme://user:secret@host/…` → `scheme://user:***@host/…`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
+}
+
+/// The rev gate's keys as the first two arguments of a statement.
+fn gate_args(schema_key: i32) -> Result<PgArguments, sqlx::Error> {
+    use sqlx::Arguments;
+    let mut args = PgArguments::default();
+    args.add(REV_GATE_KEY).map_err(sqlx::Error::Encode)?;
+    args.add(schema_key).map_err(sqlx::Error::Encode)?;
+    Ok(args)
+}
+
+fn bind(query: Query) -> sqlx::query::Query<'static, Postgres, PgArguments> {
+    let mut bound = sqlx::query(AssertSqlSafe(query.text));
+    for arg in query.args {
+        bound = match arg {
+            Arg::Text(text) => bound.bind(text),
+            Arg::Int(value) => bound.bind(value),
+            Arg::Time(at) => bound.bind(truncate(at)),
+        };
+    }
+    bound
+}
+
+/// Tables of the current schema and its kesoku version, read without writing anything.
+async fn inspect(conn: &mut PgConnection) -> StoreResult<Inspection> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let version = if tables.iter().any(|t| t == VERSION_TABLE) {
+        sqlx::query_scalar("SELECT MAX(version) FROM kesoku_schema_version").fetch_one(&mut *conn).await?
+    } else {
+        None
+    };
+    Ok(Inspection { tables, version })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn insert_message(&self, message: &Message) -> StoreResult<MessageEvent> {
+        self.insert_one(message, self.clock.now()).await
+    }
+
+    async fn insert_messages(&self, messages: &[Message]) -> StoreResult<Vec<MessageEvent>> {
+        if messages.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Some(id) = first_repeated_id(messages) {
+            return Err(StoreError::Duplicate { what: "message", id: id.to_owned() });
+        }
+        let stamped: Vec<Message> = {
+            let now = self.clock.now();
+            messages.iter().map(|m| stamp(m, now)).collect()
+        };
+        let mut tx = self.pool.begin().await?;
+        match self.insert_batch(&mut tx, &stamped).await {
+            Ok(revs) => {
+                tx.commit().await?;
+                Ok(revs
+                    .into_iter()
+                    .zip(stamped)
+                    .map(|(rev, message)| MessageEvent { rev, created: true, message })
+                    .collect())
+            }
+            Err(error) if error.as_database_error().is_some_and(|db| db.is_unique_violation()) => {
+                tx.rollback().await?;
+                let existing: Vec<String> = sqlx::query_scalar("SELECT id FROM messages WHERE id = ANY($1)")
+                    .bind(stamped.iter().map(|m| m.id.as_str().to_owned()).collect::<Vec<_>>())
+                    .fetch_all(&self.pool)
+                    .await?;
+                match stamped.iter().find(|m| existing.iter().any(|e| e == m.id.as_str())) {
+                    Some(message) => Err(StoreError::Duplicate { what: "message", id: message.id.as_str().to_owned() }),
+                    None => Err(StoreError::Database(error)),
+                }
+            }
+            Err(error) => Err(StoreError::Database(error)),
+        }
+    }
+
+    async fn get_message(&self, id: &MessageId) -> StoreResult<Option<Message>> {
+        Ok(self.fetch_message(id).await?.map(|stored| stored.message))
+    }
+
+    async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>> {
+        let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
+        query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
+        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+    }
+
+    async fn update_status(&self, id: &MessageId, to: Status) -> StoreResult<MessageEvent> {
+        for _ in 0..CAS_ATTEMPTS {
+            let Some(current) = self.fetch_message(id).await? else { return Err(not_found("message", id.as_str())) };
+            let from = current.message.status;
+            from.check_transition(to)
+                .map_err(|source| StoreError::IllegalTransition { id: id.as_str().to_owned(), source })?;
+            let row = self
+                .gated(format!(
+                    "{GATE} UPDATE messages SET status = $4, updated_at = $5, rev = nextval('kesoku_message_rev'), \
+                     claimed_by = CASE WHEN $4 = 'processing' THEN NULL ELSE claimed_by END, \
+                     claimed_at = CASE WHEN $4 = 'processing' THEN $5 ELSE claimed_at END \
+                     FROM gate WHERE id = $3 AND status = $6 RETURNING {MESSAGE_COLUMNS}"
+                ))
+                .bind(id.as_str().to_owned())
+                .bind(to.as_str())
+                .bind(self.clock.now())
+                .bind(from.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+            if let Some(row) = row {
+                return Ok(event(decode::message(&row)?, false));
+            }
+        }
+        Err(StoreError::Contention { id: id.as_str().to_owned() })
+    }
+
+    async fn claim(
+        &self,
+        id: &MessageId,
+        to: Status,
+        expected: &[Status],
+        claimed_by: &str,
+    ) -> StoreResult<Option<MessageEvent>> {
+        check_claim(id, to, expected)?;
+        if expected.is_empty() {
+            return Ok(None);
+        }
+        // Look first: a corrupt row is refused before anything is written, and most losers of
+        // a race stop here. The UPDATE below stays the only authority.
+        let Some(current) = self.fetch_message(id).await? else { return Err(not_found("message", id.as_str())) };
+        if !expected.contains(&current.message.status) {
+            return Ok(None);
+        }
+        let mut query = Query::with_args(
+            &format!(
+                "{GATE} UPDATE messages SET status = $3, updated_at = $4, rev = nextval('kesoku_message_rev'), \
+                 claimed_by = CASE WHEN $3 = 'processing' THEN $5 ELSE claimed_by END, \
+                 claimed_at = CASE WHEN $3 = 'processing' THEN $4 ELSE claimed_at END \
+                 FROM gate WHERE id = $6"
+            ),
+            vec![
+                Arg::Int(i64::from(REV_GATE_KEY)),
+                Arg::Int(i64::from(self.schema_key)),
+                Arg::Text(to.as_str().to_owned()),
+                Arg::Time(self.clock.now()),
+                Arg::Text(claimed_by.to_owned()),
+                Arg::Text(id.as_str().to_owned()),
+            ],
+        );
+        query.and_in("status", expected.iter().map(|s| s.as_str())).push(&format!(" RETURNING {MESSAGE_COLUMNS}"));
+        let row = bind(query).fetch_optional(&self.pool).await?;
+        row.map(|row| decode::message(&row).map(|stored| event(stored, false))).transpose()
+    }
+
+    async fn renew_claim(&self, id: &MessageId, claimed_by: &str) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE messages SET claimed_at = $1 WHERE id = $2 AND status = 'processing' AND claimed_by = $3",
+        )
+        .bind(self.clock.now())
+        .bind(id.as_str())
+        .bind(claimed_by)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn claim_of(&self, id: &MessageId) -> StoreResult<Option<Claim>> {
+        let row = sqlx::query("SELECT id, status, claimed_by, claimed_at FROM messages WHERE id = $1")
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Err(not_found("message", id.as_str())) };
+        let cells = Cells::new(&row, "messages")?;
+        let status: Status = cells.parse("status")?;
+        let claimed_by = cells.opt_text("claimed_by")?;
+        let claimed_at = cells.opt_time("claimed_at")?;
+        Ok(match (status, claimed_by, claimed_at) {
+            (Status::Processing, Some(claimed_by), Some(claimed_at)) => Some(Claim { claimed_by, claimed_at }),
+            _ => None,
+        })
+    }
+
+    async fn update_metadata(&self, id: &MessageId, metadata: &Metadata) -> StoreResult<MessageEvent> {
+        // Read first, so a row we cannot understand is refused before it is changed.
+        if self.fetch_message(id).await?.is_none() {
+            return Err(not_found("message", id.as_str()));
+        }
+        let row = self
+            .gated(format!(
+                "{GATE} UPDATE messages SET metadata = $4, updated_at = $5, rev = nextval('kesoku_message_rev') \
+                 FROM gate WHERE id = $3 RETURNING {MESSAGE_COLUMNS}"
+            ))
+            .bind(id.as_str().to_owned())
+            .bind(metadata.to_value())
+            .bind(self.clock.now())
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(row) = row else { return Err(not_found("message", id.as_str())) };
+        Ok(event(decode::message(&row)?, false))
+    }
+
+    async fn session_history(&self, session_id: &SessionId) -> StoreResult<Vec<Message>> {
+        let query = Query::with_args(
+            &format!(
+                "SELECT {MESSAGE_COLUMNS_M} FROM messages m LEFT JOIN messages r ON r.id = m.turn_id \
+                 WHERE m.session_id = $1 ORDER BY COALESCE(r.seq, m.seq), m.step, m.phase, m.seq"
+            ),
+            vec![Arg::Text(session_id.as_str().to_owned())],
+        );
+        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+    }
+
+    async fn recover_orphans(&self, older_than: Duration) -> StoreResult<Vec<MessageId>> {
+        let now = self.clock.now();
+        let threshold = chrono::Duration::from_std(older_than)
+            .ok()
+            .and_then(|age| now.checked_sub_signed(age))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC);
+        self.recover_orphans_before(threshold, now).await
+    }
+
+    async fn orphaned_tool_calls(&self, session_id: Option<&SessionId>) -> StoreResult<Vec<Message>> {
+        let mut query = Query::new(&format!(
+            "SELECT {MESSAGE_COLUMNS_M} FROM messages m WHERE m.type = 'tool_call' \
+             AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = m.id AND r.type = 'tool_result')"
+        ));
+        if let Some(session_id) = session_id {
+            query.and_eq("m.session_id", Arg::Text(session_id.as_str().to_owned()));
+        }
+        query.push(" ORDER BY m.seq");
+        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+    }
+
+    async fn changes_since(&self, after: i64, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<MessageEvent>> {
+        let stable = self.stable_rev().await?;
+        let mut query = Query::with_args(
+            &format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE rev > $1 AND rev <= $2"),
+            vec![Arg::Int(after), Arg::Int(stable)],
+        );
+        query.message_filter(filter, "").push(" ORDER BY rev").limit(Some(limit));
+        let stored = self.messages(query).await?;
+        Ok(stored
+            .into_iter()
+            .map(|s| {
+                let created = s.created_rev > after;
+                event(s, created)
+            })
+            .collect())
+    }
+
+    async fn current_rev(&self) -> StoreResult<i64> {
+        let stable = self.stable_rev().await?;
+        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(rev), 0) FROM messages WHERE rev <= $1")
+            .bind(stable)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn create_session(&self, session: &Session) -> StoreResult<()> {
+        insert_session(&self.pool, session).await
+    }
+
+    async fn get_session(&self, id: &SessionId) -> StoreResult<Option<Session>> {
+        let row = sqlx::query(AssertSqlSafe(format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1")))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(decode::session).transpose()
+    }
+
+    async fn list_sessions(&self, filter: &SessionFilter) -> StoreResult<Vec<Session>> {
+        let mut query = Query::new(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE 1 = 1"));
+        if let Some(chatbot_id) = &filter.chatbot_id {
+            query.and_eq("chatbot_id", Arg::Text(chatbot_id.clone()));
+        }
+        if let Some(channel_id) = &filter.channel_id {
+            query.and_eq("channel_id", Arg::Text(channel_id.clone()));
+        }
+        query.push(" ORDER BY created_at DESC, id DESC").limit(filter.limit);
+        let rows = bind(query).fetch_all(&self.pool).await?;
+        rows.iter().map(decode::session).collect()
+    }
+
+    async fn set_session_title(&self, id: &SessionId, title: &str) -> StoreResult<()> {
+        let done = sqlx::query("UPDATE sessions SET title = $2, updated_at = $3 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(title)
+            .bind(self.clock.now())
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("session", id.as_str()));
+        }
+        Ok(())
+    }
+
+    async fn active_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Option<SessionId>> {
+        let id: Option<String> =
+            sqlx::query_scalar("SELECT session_id FROM channel_sessions WHERE chatbot_id = $1 AND channel_id = $2")
+                .bind(chatbot_id)
+                .bind(channel_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(id.map(SessionId::from))
+    }
+
+    async fn set_active_session(&self, chatbot_id: &str, channel_id: &str, session_id: &SessionId) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO channel_sessions (chatbot_id, channel_id, session_id) VALUES ($1, $2, $3) \
+             ON CONFLICT (chatbot_id, channel_id) DO UPDATE SET session_id = excluded.session_id",
+        )
+        .bind(chatbot_id)
+        .bind(channel_id)
+        .bind(session_id.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(|error| session_reference_error(error, session_id.as_str()))?;
+        Ok(())
+    }
+
+    async fn resolve_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Session> {
+        for _ in 0..RESOLVE_ATTEMPTS {
+            if let Some(session) = active_in(&self.pool, chatbot_id, channel_id).await? {
+                return Ok(session);
+            }
+            // Create and activate in one transaction. A concurrent creator makes our insert of
+            // the pair wait for its commit and then do nothing; we roll back (dropping our
+            // session) and read the winner.
+            let mut tx = self.pool.begin().await?;
+            let session = Session::new(chatbot_id, channel_id, self.clock.now());
+            insert_session(&mut *tx, &session).await?;
+            let won: Option<String> = sqlx::query_scalar(
+                "INSERT INTO channel_sessions (chatbot_id, channel_id, session_id) VALUES ($1, $2, $3) \
+                 ON CONFLICT (chatbot_id, channel_id) DO NOTHING RETURNING session_id",
+            )
+            .bind(chatbot_id)
+            .bind(channel_id)
+            .bind(session.id.as_str())
+            .fetch_optional(&mut *tx)
+            .await?;
+            if won.is_some() {
+                tx.commit().await?;
+                return Ok(session);
+            }
+            tx.rollback().await?;
+        }
+        Err(not_found("active session of", &format!("{chatbot_id}/{channel_id}")))
+    }
+}
+
+async fn insert_session<'e, E>(executor: E, session: &Session) -> StoreResult<()>
+where
+    E: sqlx::Executor<'e, Database = Postgres>,
+{
+    sqlx::query(AssertSqlSafe(format!("INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)")))
+        .bind(session.id.as_str())
+        .bind(&session.chatbot_id)
+        .bind(&session.channel_id)
+        .bind(session.title.as_deref())
+        .bind(truncate(session.created_at))
+        .bind(truncate(session.updated_at))
+        .execute(executor)
+        .await
+        .map_err(|error| insert_error(error, "session", session.id.as_str()))?;
+    Ok(())
+}
+
+async fn active_in<'e, E>(executor: E, chatbot_id: &str, channel_id: &str) -> StoreResult<Option<Session>>
+where
+    E: sqlx::Executor<'e, Database = Postgres>,
+{
+    let row = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {SESSION_COLUMNS_S} FROM channel_sessions c JOIN sessions s ON s.id = c.session_id \
+         WHERE c.chatbot_id = $1 AND c.channel_id = $2"
+    )))
+    .bind(chatbot_id)
+    .bind(channel_id)
+    .fetch_optional(executor)
+    .await?;
+    row.as_ref().map(decode::session).transpose()
+}
+
+#[async_trait]
+impl Ledger for PgStore {
+    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()> {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+             ON CONFLICT (id) DO NOTHING"
+        )))
+        .bind(entry.id.as_str())
+        .bind(entry.kind.as_str())
+        .bind(entry.lane.as_str())
+        .bind(entry.session_id.as_str())
+        .bind(entry.message_id.as_ref().map(MessageId::as_str))
+        .bind(&entry.triggered_by)
+        .bind(entry.delegation_user.as_deref())
+        .bind(i64::from(entry.depth))
+        .bind(truncate(entry.enqueued_at))
+        .bind(entry.started_at.map(truncate))
+        .bind(entry.finished_at.map(truncate))
+        .bind(entry.outcome.map(Outcome::as_str))
+        .bind(entry.error.as_deref())
+        .bind(decode::count(entry.usage.model_calls))
+        .bind(decode::count(entry.usage.tool_calls))
+        .bind(decode::count(entry.usage.input_tokens))
+        .bind(decode::count(entry.usage.output_tokens))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()> {
+        let done = sqlx::query("UPDATE activations SET started_at = $2 WHERE id = $1")
+            .bind(id.as_str())
+            .bind(truncate(at))
+            .execute(&self.pool)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("activation", id.as_str()));
+        }
+        Ok(())
+    }
+
+    async fn record_finished(
+        &self,
+        id: &ActivationId,
+        at: DateTime<Utc>,
+        outcome: Outcome,
+        error: Option<&str>,
+        usage: &Usage,
+    ) -> StoreResult<()> {
+        let done = sqlx::query(
+            "UPDATE activations SET finished_at = $2, outcome = $3, error = $4, model_calls = $5, tool_calls = $6, \
+             input_tokens = $7, output_tokens = $8 WHERE id = $1",
+        )
+        .bind(id.as_str())
+        .bind(truncate(at))
+        .bind(outcome.as_str())
+        .bind(error)
+        .bind(decode::count(usage.model_calls))
+        .bind(decode::count(usage.tool_calls))
+        .bind(decode::count(usage.input_tokens))
+        .bind(decode::count(usage.output_tokens))
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("activation", id.as_str()));
+        }
+        Ok(())
+    }
+
+    async fn get_activation(&self, id: &ActivationId) -> StoreResult<Option<LedgerEntry>> {
+        let row = sqlx::query(AssertSqlSafe(format!("SELECT {LEDGER_COLUMNS} FROM activations WHERE id = $1")))
+            .bind(id.as_str())
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(decode::ledger_entry).transpose()
+    }
+
+    async fn list_activations(&self, filter: &LedgerFilter) -> StoreResult<Vec<LedgerEntry>> {
+        let mut query = Query::new(&format!("SELECT {LEDGER_COLUMNS} FROM activations WHERE 1 = 1"));
+        if let Some(session_id) = &filter.session_id {
+            query.and_eq("session_id", Arg::Text(session_id.as_str().to_owned()));
+        }
+        if filter.only_unsuccessful {
+            query.push(" AND outcome IS NOT NULL AND outcome <> 'succeeded'");
+        }
+        query.push(" ORDER BY enqueued_at DESC, id DESC").limit(filter.limit);
+        let rows = bind(query).fetch_all(&self.pool).await?;
+        rows.iter().map(decode::ledger_entry).collect()
+    }
+
+    async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {LEDGER_COLUMNS} FROM activations WHERE started_at IS NOT NULL AND finished_at IS NULL \
+             ORDER BY enqueued_at, id"
+        )))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(decode::ledger_entry).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn redact_hides_only_the_password() {
+        assert_eq!(redact("postgres://kesoku:hunter2@db:5432/k?x=1"), "postgres://kesoku:***@db:5432/k?x=1");
+        assert_eq!(redact("postgres://kesoku@db/k"), "postgres://kesoku@db/k");
+        assert_eq!(redact("postgres://db/k"), "postgres://db/k");
+    }
+}

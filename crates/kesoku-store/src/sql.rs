@@ -1,0 +1,139 @@
+//! SQL text both backends share: column lists and the builder for filtered queries.
+//!
+//! Both engines accept `$n` placeholders, so a query assembled here runs on either; values
+//! travel as [`Arg`]s that each backend binds in its own types (SQLite stores times as text,
+//! PostgreSQL as `timestamptz`). Only placeholders carry values: nothing a caller passes is
+//! ever spliced into SQL text. Backend-specific statements live with their backend.
+
+use chrono::{DateTime, Utc};
+use kesoku_core::MessageFilter;
+
+/// Message columns read back by every message query (unqualified).
+pub(crate) const MESSAGE_COLUMNS: &str = "id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, \
+     content, status, metadata, step, created_at, updated_at, rev, created_rev";
+
+/// [`MESSAGE_COLUMNS`] qualified with the alias `m`, for joins.
+pub(crate) const MESSAGE_COLUMNS_M: &str = "m.id, m.session_id, m.parent_id, m.chatbot_id, m.channel_id, m.sender, \
+     m.role, m.type, m.content, m.status, m.metadata, m.step, m.created_at, m.updated_at, m.rev, m.created_rev";
+
+pub(crate) const SESSION_COLUMNS: &str = "id, chatbot_id, channel_id, title, created_at, updated_at";
+
+pub(crate) const SESSION_COLUMNS_S: &str = "s.id, s.chatbot_id, s.channel_id, s.title, s.created_at, s.updated_at";
+
+pub(crate) const LEDGER_COLUMNS: &str = "id, kind, lane, session_id, message_id, triggered_by, delegation_user, \
+     depth, enqueued_at, started_at, finished_at, outcome, error, model_calls, tool_calls, input_tokens, \
+     output_tokens";
+
+/// A value bound to a placeholder.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Arg {
+    Text(String),
+    Int(i64),
+    Time(DateTime<Utc>),
+}
+
+/// SQL text with numbered placeholders and the values that go with them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Query {
+    pub text: String,
+    pub args: Vec<Arg>,
+}
+
+impl Query {
+    pub fn new(text: &str) -> Self {
+        Query { text: text.to_owned(), args: Vec::new() }
+    }
+
+    /// Text that already holds placeholders `$1..$n` for `args`.
+    pub fn with_args(text: &str, args: Vec<Arg>) -> Self {
+        Query { text: text.to_owned(), args }
+    }
+
+    pub fn push(&mut self, text: &str) -> &mut Self {
+        self.text.push_str(text);
+        self
+    }
+
+    /// Append a placeholder for `arg`.
+    pub fn arg(&mut self, arg: Arg) -> &mut Self {
+        self.args.push(arg);
+        self.text.push('$');
+        self.text.push_str(&self.args.len().to_string());
+        self
+    }
+
+    /// ` AND column = $n`.
+    pub fn and_eq(&mut self, column: &str, arg: Arg) -> &mut Self {
+        self.push(" AND ").push(column).push(" = ").arg(arg)
+    }
+
+    /// ` AND column IN ($n, …)`; nothing when `values` is empty (an empty list means "any").
+    pub fn and_in(&mut self, column: &str, values: impl IntoIterator<Item = &'static str>) -> &mut Self {
+        let mut values = values.into_iter().peekable();
+        if values.peek().is_none() {
+            return self;
+        }
+        self.push(" AND ").push(column).push(" IN (");
+        let mut first = true;
+        for value in values {
+            if !first {
+                self.push(", ");
+            }
+            first = false;
+            self.arg(Arg::Text(value.to_owned()));
+        }
+        self.push(")")
+    }
+
+    /// The conditions of a message filter (not its limit), on columns qualified by `prefix`.
+    pub fn message_filter(&mut self, filter: &MessageFilter, prefix: &str) -> &mut Self {
+        let column = |name: &str| format!("{prefix}{name}");
+        if let Some(session_id) = &filter.session_id {
+            self.and_eq(&column("session_id"), Arg::Text(session_id.as_str().to_owned()));
+        }
+        if let Some(chatbot_id) = &filter.chatbot_id {
+            self.and_eq(&column("chatbot_id"), Arg::Text(chatbot_id.clone()));
+        }
+        if let Some(channel_id) = &filter.channel_id {
+            self.and_eq(&column("channel_id"), Arg::Text(channel_id.clone()));
+        }
+        self.and_in(&column("status"), filter.statuses.iter().map(|s| s.as_str()));
+        self.and_in(&column("role"), filter.roles.iter().map(|r| r.as_str()));
+        self.and_in(&column("type"), filter.types.iter().map(|t| t.as_str()));
+        self
+    }
+
+    /// ` LIMIT $n` when there is a limit.
+    pub fn limit(&mut self, limit: Option<u32>) -> &mut Self {
+        match limit {
+            Some(limit) => self.push(" LIMIT ").arg(Arg::Int(i64::from(limit))),
+            None => self,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kesoku_core::{Role, SessionId, Status};
+
+    use super::*;
+
+    #[test]
+    fn filter_becomes_placeholders_only() {
+        let filter = MessageFilter::session(&SessionId::from("s'; DROP TABLE messages; --"))
+            .with_statuses(&[Status::Pending, Status::Responded])
+            .with_roles(&[Role::Tool])
+            .with_types(&[])
+            .with_limit(5);
+        let mut query = Query::new("SELECT 1 FROM messages m WHERE 1 = 1");
+        query.message_filter(&filter, "m.").limit(filter.limit);
+        assert_eq!(
+            query.text,
+            "SELECT 1 FROM messages m WHERE 1 = 1 AND m.session_id = $1 AND m.status IN ($2, $3) \
+             AND m.role IN ($4) LIMIT $5"
+        );
+        assert_eq!(query.args.len(), 5);
+        assert_eq!(query.args[0], Arg::Text("s'; DROP TABLE messages; --".to_owned()));
+        assert_eq!(query.args[4], Arg::Int(5));
+    }
+}

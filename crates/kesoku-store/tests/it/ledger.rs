@@ -1,0 +1,105 @@
+//! The execution ledger: one row per activation, from enqueued to finished.
+
+use chrono::Duration as Span;
+use kesoku_core::{ActivationId, ActivationKind, Lane, LedgerEntry, MessageId, Outcome, SessionId, Usage};
+use kesoku_store::{LedgerFilter, StoreError};
+
+use crate::backend_tests;
+use crate::harness::{Backend, t0};
+
+backend_tests!(ledger_records_an_activation_from_enqueued_to_finished);
+
+fn entry(id: &str, session: &str, minutes: i64) -> LedgerEntry {
+    LedgerEntry {
+        id: ActivationId::from(id),
+        kind: ActivationKind::Message,
+        lane: Lane::Interactive,
+        session_id: SessionId::from(session),
+        message_id: Some(MessageId::from(format!("msg_of_{id}").as_str())),
+        triggered_by: "Chii".to_owned(),
+        delegation_user: None,
+        depth: 0,
+        enqueued_at: t0() + Span::minutes(minutes),
+        started_at: None,
+        finished_at: None,
+        outcome: None,
+        error: None,
+        usage: Usage::default(),
+    }
+}
+
+async fn ledger_records_an_activation_from_enqueued_to_finished(b: &Backend) {
+    let mut e1 = entry("act_1", "s1", 0);
+    let mut e2 = LedgerEntry {
+        kind: ActivationKind::Workflow,
+        lane: Lane::Responsive,
+        message_id: None,
+        triggered_by: "cron:nightly".to_owned(),
+        delegation_user: Some("Chii".to_owned()),
+        depth: 2,
+        ..entry("act_2", "s1", 1)
+    };
+    let mut e3 = entry("act_3", "s2", 2);
+    for e in [&e1, &e2, &e3] {
+        b.ledger.record_enqueued(e).await.expect("enqueue");
+    }
+    // Idempotent: a second record of the same id changes nothing.
+    b.ledger
+        .record_enqueued(&LedgerEntry { triggered_by: "someone else".to_owned(), ..e1.clone() })
+        .await
+        .expect("again");
+    assert_eq!(b.ledger.get_activation(&e1.id).await.expect("get").as_ref(), Some(&e1));
+    assert_eq!(b.ledger.get_activation(&e2.id).await.expect("get").as_ref(), Some(&e2));
+    assert_eq!(b.ledger.get_activation(&ActivationId::from("act_none")).await.expect("get"), None);
+
+    let at = |seconds: i64| t0() + Span::seconds(seconds);
+    b.ledger.record_started(&e1.id, at(200)).await.expect("start 1");
+    let usage = Usage { model_calls: 2, tool_calls: 1, input_tokens: 8421, output_tokens: 1042 };
+    b.ledger.record_finished(&e1.id, at(210), Outcome::Succeeded, None, &usage).await.expect("finish 1");
+    b.ledger.record_started(&e2.id, at(220)).await.expect("start 2");
+    b.ledger
+        .record_finished(
+            &e2.id,
+            at(230),
+            Outcome::LimitExceeded,
+            Some("tool call limit (20) reached"),
+            &Usage::default(),
+        )
+        .await
+        .expect("finish 2");
+    b.ledger.record_started(&e3.id, at(240)).await.expect("start 3");
+    e1 = LedgerEntry {
+        started_at: Some(at(200)),
+        finished_at: Some(at(210)),
+        outcome: Some(Outcome::Succeeded),
+        usage,
+        ..e1
+    };
+    e2 = LedgerEntry {
+        started_at: Some(at(220)),
+        finished_at: Some(at(230)),
+        outcome: Some(Outcome::LimitExceeded),
+        error: Some("tool call limit (20) reached".to_owned()),
+        ..e2
+    };
+    e3 = LedgerEntry { started_at: Some(at(240)), ..e3 };
+    assert_eq!(b.ledger.get_activation(&e1.id).await.expect("get"), Some(e1.clone()));
+
+    let ids = |list: Vec<LedgerEntry>| list.into_iter().map(|e| e.id.into_string()).collect::<Vec<_>>();
+    let all = b.ledger.list_activations(&LedgerFilter::default()).await.expect("list");
+    assert_eq!(all, [e3.clone(), e2.clone(), e1.clone()], "newest first, full rows");
+    let s1 = LedgerFilter { session_id: Some(SessionId::from("s1")), ..LedgerFilter::default() };
+    assert_eq!(ids(b.ledger.list_activations(&s1).await.expect("list")), ["act_2", "act_1"]);
+    let failures = LedgerFilter { only_unsuccessful: true, ..LedgerFilter::default() };
+    assert_eq!(ids(b.ledger.list_activations(&failures).await.expect("list")), ["act_2"]);
+    let newest = LedgerFilter { limit: Some(1), ..LedgerFilter::default() };
+    assert_eq!(ids(b.ledger.list_activations(&newest).await.expect("list")), ["act_3"]);
+    assert_eq!(b.ledger.unfinished_activations().await.expect("unfinished"), [e3]);
+
+    let missing = ActivationId::from("act_missing");
+    let error = b.ledger.record_started(&missing, at(1)).await.expect_err("missing");
+    assert!(matches!(&error, StoreError::NotFound { what: "activation", .. }), "{error:?}");
+    let error =
+        b.ledger.record_finished(&missing, at(1), Outcome::Failed, None, &Usage::default()).await.expect_err("missing");
+    assert!(matches!(&error, StoreError::NotFound { what: "activation", .. }), "{error:?}");
+}

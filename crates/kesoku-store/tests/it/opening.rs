@@ -1,0 +1,246 @@
+//! Opening stores: by URL, migrating older schemas, and refusing what is not ours without
+//! changing it.
+
+use kesoku_core::{LedgerEntry, MessageId, SessionId};
+use kesoku_store::{SCHEMA_VERSION, SqliteStore, StoreError};
+use kesoku_test_support::db::temp_sqlite_path;
+
+use crate::harness::{Place, prompt, t0};
+use crate::place_tests;
+
+place_tests!(
+    a_foreign_database_is_refused_untouched,
+    a_newer_schema_is_refused,
+    an_older_schema_is_migrated_keeping_its_data,
+    reopening_a_current_store_changes_nothing,
+    open_existing_never_creates_a_store,
+    open_by_url_gives_both_traits_over_one_backend,
+);
+
+async fn versions(place: &Place) -> Vec<String> {
+    place.raw_strings("SELECT CAST(version AS TEXT) FROM kesoku_schema_version ORDER BY version").await
+}
+
+async fn a_foreign_database_is_refused_untouched(place: Place) {
+    place
+        .raw("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users (id, name) VALUES (1, 'ada');")
+        .await;
+    let journal_before = if place.is_sqlite() { place.raw_strings("PRAGMA journal_mode").await } else { vec![] };
+
+    let error = place.open().await.err().expect("a database of another application is refused");
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
+    assert!(text.contains("another application") && text.contains("users"), "{text}");
+    assert_eq!(place.tables().await, ["users"], "no kesoku table was created");
+    assert_eq!(place.raw_strings("SELECT name FROM users").await, ["ada"]);
+    if place.is_sqlite() {
+        assert_eq!(place.raw_strings("PRAGMA journal_mode").await, journal_before, "journal mode untouched");
+    }
+    place.cleanup().await;
+}
+
+async fn a_newer_schema_is_refused(place: Place) {
+    let opened = place.open().await.expect("create");
+    opened.store().insert_message(&prompt("msg_kept", "s1")).await.expect("insert");
+    opened.close().await;
+    place
+        .raw(
+            "INSERT INTO kesoku_schema_version (version, description, applied_at) \
+              VALUES (99, 'from the future', '2030-01-01T00:00:00.000000Z')",
+        )
+        .await;
+
+    let error = place.open().await.err().expect("a newer schema is refused");
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
+    assert!(text.contains("99") && text.contains("newer") && text.contains("upgrade kesoku"), "{text}");
+    assert_eq!(versions(&place).await, ["1", "2", "99"]);
+    assert_eq!(place.raw_strings("SELECT id FROM messages").await, ["msg_kept"]);
+    place.cleanup().await;
+}
+
+async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
+    // What a build that knew only schema version 1 left behind.
+    let (v1, extra) = if place.is_sqlite() {
+        (include_str!("../../migrations/sqlite/0001_messages_sessions.sql"), "")
+    } else {
+        (
+            include_str!("../../migrations/postgres/0001_messages_sessions.sql"),
+            "SELECT setval('kesoku_message_rev', 1);",
+        )
+    };
+    place.raw(v1).await;
+    place
+        .raw(&format!(
+            "INSERT INTO kesoku_schema_version (version, description, applied_at) \
+             VALUES (1, 'messages and sessions', '2026-05-01T00:00:00.000000Z'); \
+             INSERT INTO messages (id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, content, \
+             status, metadata, step, created_at, updated_at, turn_id, phase, rev, created_rev) VALUES \
+             ('msg_v1', 'sess_v1', NULL, 'cli', 'cli', 'User', 'user', 'text', 'written by v1', 'pending_agent', \
+             '{{\"is_cronjob\": true}}', 0, '2026-05-01T00:00:00.000000Z', '2026-05-01T00:00:00.000000Z', \
+             'msg_v1', 0, 1, 1); \
+             INSERT INTO sessions (id, chatbot_id, channel_id, title, created_at, updated_at) VALUES \
+             ('sess_v1', 'cli', 'cli', 'old', '2026-05-01T00:00:00.000000Z', '2026-05-01T00:00:00.000000Z'); \
+             {extra}"
+        ))
+        .await;
+    assert!(!place.tables().await.contains(&"activations".to_owned()));
+
+    let opened = place.open().await.expect("an older schema is migrated");
+    assert_eq!(versions(&place).await, ["1", "2"]);
+    assert!(place.tables().await.contains(&"activations".to_owned()));
+    let store = opened.store();
+    let kept = store.get_message(&MessageId::from("msg_v1")).await.expect("get").expect("kept");
+    assert_eq!(kept.content, "written by v1");
+    assert_eq!(kept.metadata.is_cronjob, Some(true));
+    assert_eq!(
+        store.get_session(&SessionId::from("sess_v1")).await.expect("get").and_then(|s| s.title),
+        Some("old".to_owned())
+    );
+    let event = store.insert_message(&prompt("msg_v2", "sess_v1")).await.expect("insert after migration");
+    assert!(event.rev > 1);
+    let entry = ledger_entry("act_v2");
+    opened.ledger().record_enqueued(&entry).await.expect("the new ledger works");
+    assert_eq!(opened.ledger().get_activation(&entry.id).await.expect("get"), Some(entry));
+    opened.close().await;
+    place.cleanup().await;
+}
+
+async fn reopening_a_current_store_changes_nothing(place: Place) {
+    let opened = place.open().await.expect("create");
+    let event = opened.store().insert_message(&prompt("msg_a", "s1")).await.expect("insert");
+    opened.store().resolve_session("cli", "cli").await.expect("session");
+    opened.ledger().record_enqueued(&ledger_entry("act_a")).await.expect("ledger");
+    opened.close().await;
+    let tables = place.tables().await;
+
+    let reopened = place.open().await.expect("reopen");
+    assert_eq!(versions(&place).await, ["1", "2"]);
+    assert_eq!(place.tables().await, tables);
+    assert_eq!(reopened.store().get_message(&event.message.id).await.expect("get"), Some(event.message));
+    assert!(reopened.store().active_session("cli", "cli").await.expect("active").is_some());
+    assert!(reopened.ledger().get_activation(&"act_a".into()).await.expect("get").is_some());
+    assert_eq!(reopened.store().current_rev().await.expect("rev"), event.rev);
+    reopened.close().await;
+    place.cleanup().await;
+}
+
+async fn open_existing_never_creates_a_store(place: Place) {
+    let error = kesoku_store::open_existing(&place.url()).await.expect_err("nothing there yet");
+    let text = error.to_string();
+    assert!(matches!(error, StoreError::Missing { .. }), "{error:?}");
+    assert!(text.contains("does not exist") && text.contains("kesoku init"), "{text}");
+    match &place {
+        Place::Sqlite { path, .. } => {
+            assert!(text.contains(&path.display().to_string()), "{text}");
+            assert!(!path.exists(), "no file was created");
+        }
+        Place::Postgres(_) => assert!(place.tables().await.is_empty(), "no table was created"),
+    }
+    let created = kesoku_store::open(&place.url()).await.expect("open creates");
+    created.store.insert_message(&prompt("msg_a", "s1")).await.expect("insert");
+    let existing = kesoku_store::open_existing(&place.url()).await.expect("now it exists");
+    assert!(existing.store.get_message(&MessageId::from("msg_a")).await.expect("get").is_some());
+    drop((created, existing));
+    place.cleanup().await;
+}
+
+async fn open_by_url_gives_both_traits_over_one_backend(place: Place) {
+    let handle = kesoku_store::open(&place.url()).await.expect("open by url");
+    handle.store.insert_message(&prompt("msg_a", "s1")).await.expect("insert");
+    handle.ledger.record_enqueued(&ledger_entry("act_a")).await.expect("ledger");
+    let opened = place.open().await.expect("open directly");
+    assert!(opened.store().get_message(&MessageId::from("msg_a")).await.expect("get").is_some());
+    assert!(opened.ledger().get_activation(&"act_a".into()).await.expect("get").is_some());
+    opened.close().await;
+    drop(handle);
+    place.cleanup().await;
+}
+
+fn ledger_entry(id: &str) -> LedgerEntry {
+    LedgerEntry {
+        id: id.into(),
+        kind: kesoku_core::ActivationKind::Message,
+        lane: kesoku_core::Lane::Interactive,
+        session_id: "s1".into(),
+        message_id: None,
+        triggered_by: "User".to_owned(),
+        delegation_user: None,
+        depth: 0,
+        enqueued_at: t0(),
+        started_at: None,
+        finished_at: None,
+        outcome: None,
+        error: None,
+        usage: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_sqlite_is_refused_untouched() {
+    let (dir, _) = temp_sqlite_path();
+    let path = dir.path().join("notes.txt");
+    let content = "these are my notes, not a database\n".repeat(200);
+    std::fs::write(&path, &content).expect("write text file");
+
+    for result in [
+        SqliteStore::open(&path).await.map(|_| ()),
+        SqliteStore::open_existing(&path).await.map(|_| ()),
+        kesoku_store::open(&format!("sqlite://{}", path.display())).await.map(|_| ()),
+    ] {
+        let error = result.expect_err("a text file is not a store");
+        let text = error.to_string();
+        assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
+        assert!(text.contains(&path.display().to_string()) && text.contains("not a SQLite database"), "{text}");
+    }
+    assert_eq!(std::fs::read_to_string(&path).expect("read back"), content, "the file is unchanged");
+    let names: Vec<_> =
+        std::fs::read_dir(dir.path()).expect("list").filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+    assert_eq!(names, ["notes.txt"], "no journal or WAL file was left beside it");
+}
+
+#[tokio::test]
+async fn open_existing_refuses_an_empty_file_and_leaves_it_empty() {
+    let (_dir, path) = temp_sqlite_path();
+    std::fs::write(&path, b"").expect("create an empty file");
+    let error = SqliteStore::open_existing(&path).await.expect_err("an empty file holds no store");
+    assert!(matches!(error, StoreError::Missing { .. }), "{error:?}");
+    assert!(error.to_string().contains("kesoku init"), "{error}");
+    assert_eq!(std::fs::metadata(&path).expect("still there").len(), 0, "nothing was written");
+}
+
+#[tokio::test]
+async fn a_directory_is_not_a_store() {
+    let (dir, _) = temp_sqlite_path();
+    let error = SqliteStore::open(dir.path()).await.expect_err("a directory is not a store");
+    assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
+    assert!(error.to_string().contains(&dir.path().display().to_string()), "{error}");
+}
+
+#[tokio::test]
+async fn urls_choose_the_backend_and_bad_ones_say_why() {
+    let memory = kesoku_store::open("sqlite::memory:").await.expect("in-memory store");
+    memory.store.insert_message(&prompt("msg_m", "s1")).await.expect("insert");
+    memory.ledger.record_enqueued(&ledger_entry("act_m")).await.expect("ledger on the same database");
+    assert!(memory.store.get_message(&MessageId::from("msg_m")).await.expect("get").is_some());
+    assert_eq!(memory.ledger.list_activations(&Default::default()).await.expect("list").len(), 1);
+
+    for url in ["mysql://root@localhost/db", "redis://localhost", "sqlite://", "postgres://u:hunter2@host:notaport/db"]
+    {
+        let error = kesoku_store::open(url).await.expect_err("a bad url is refused");
+        let text = error.to_string();
+        assert!(matches!(error, StoreError::BadUrl { .. }), "{url}: {error:?}");
+        assert!(!text.contains("hunter2"), "the password is not repeated: {text}");
+        assert!(text.contains("sqlite://") && text.contains("postgres://"), "the text says what is accepted: {text}");
+    }
+}
+
+#[tokio::test]
+async fn schema_version_is_the_last_migration() {
+    let (dir, path) = temp_sqlite_path();
+    let store = SqliteStore::open(&path).await.expect("create");
+    store.close().await;
+    let place = Place::Sqlite { _dir: dir, path };
+    assert_eq!(versions(&place).await.last().cloned(), Some(SCHEMA_VERSION.to_string()));
+    assert_eq!(place.raw_strings("PRAGMA journal_mode").await, ["wal"]);
+}

@@ -1,0 +1,64 @@
+//! Tools the agent can call: the [`Tool`] contract, the [`Registry`] the agent calls them
+//! through, and the built-in tools (`run_shell_command`, `read_file`, `write_file`, `edit_file`)
+//! configured by [`ToolsConfig`].
+//!
+//! Invariants:
+//! - A tool call always ends in a [`ToolOutput`]: bad arguments, refusals, timeouts and even a
+//!   panicking tool become error outputs that go back to the model, never a crashed turn.
+//! - Processes a tool starts never outlive the call (killed by process group on exit, timeout,
+//!   cancellation or drop), and never inherit the agent's environment beyond an allow-list.
+//! - File tools only reach the workspace and the session's staging folder.
+//!
+//! This crate knows nothing of messages, the store or providers: the agent turns a model's tool
+//! call into [`Registry::call`] and the [`ToolOutput`] into a tool result message. It reads no
+//! configuration file; the binary parses `[tools]` into [`ToolsConfig`]. It is not a sandbox.
+
+pub mod config;
+pub mod files;
+pub mod limiter;
+pub mod output;
+pub mod registry;
+mod schema;
+pub mod shell;
+pub mod tool;
+
+use std::sync::Arc;
+
+pub use config::{CommandPattern, FilesConfig, PolicyMode, ShellConfig, ToolsConfig, ToolsConfigError};
+pub use files::{EDIT_FILE, EditFileTool, READ_FILE, ReadFileTool, WRITE_FILE, WriteFileTool};
+pub use limiter::{ProcessLimiter, ProcessSlot};
+pub use registry::{Registry, RegistryError};
+pub use shell::{RUN_SHELL_COMMAND, ShellTool};
+pub use tool::{Tool, ToolContext, ToolOutput, ToolSpec};
+
+/// The built-in tools configured by `config`, minus `config.disabled`, sharing one new
+/// [`ProcessLimiter`] of `config.max_concurrent_processes` slots.
+///
+/// Build it once per process and share it (it is cheap to clone): each call makes a new
+/// limiter, and the cap holds only among tools sharing one.
+pub fn builtin_registry(config: &ToolsConfig) -> Registry {
+    builtin_registry_with_limiter(config, ProcessLimiter::new(config.max_concurrent_processes))
+}
+
+/// [`builtin_registry`] with a limiter the caller also gives to other process-starting tools.
+pub fn builtin_registry_with_limiter(config: &ToolsConfig, limiter: ProcessLimiter) -> Registry {
+    let tools: [Arc<dyn Tool>; 4] = [
+        Arc::new(ShellTool::new(&config.shell, limiter)),
+        Arc::new(ReadFileTool::new(&config.files)),
+        Arc::new(WriteFileTool::new(&config.files)),
+        Arc::new(EditFileTool::new(&config.files)),
+    ];
+    let mut registry = Registry::new();
+    for tool in tools {
+        let name = tool.spec().name.clone();
+        if config.disabled.contains(&name) {
+            continue;
+        }
+        // Built-in names are distinct and valid and their schemas are objects (tested), so this
+        // cannot fail; if it ever did, the tool would be missing and the log would say why.
+        if let Err(error) = registry.register_shared(tool) {
+            tracing::error!(%error, "a built-in tool could not be registered");
+        }
+    }
+    registry
+}

@@ -1,0 +1,150 @@
+//! The tool contract: what a tool declares ([`ToolSpec`]), what it is given ([`ToolContext`]),
+//! what it returns ([`ToolOutput`]) and the [`Tool`] trait tying them together.
+//!
+//! This module holds no tool and no policy; it is deliberately free of I/O.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use kesoku_core::SessionId;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// What the model is told about a tool.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    /// The name the model calls the tool by: a letter or `_`, then letters, digits, `_` or `-`,
+    /// at most 64 in all (the names every provider accepts).
+    pub name: String,
+    /// What the tool does and when to use it, written for the model.
+    pub description: String,
+    /// A JSON Schema object (`{"type": "object", "properties": …, "required": …}`) describing the
+    /// arguments. Keep to the subset every provider accepts: `type`, `properties`, `required`,
+    /// `description`, `enum`, `items`, `minimum`, `maximum`.
+    pub parameters: Value,
+}
+
+/// Everything a tool call may know about where and for whom it runs.
+///
+/// Build it with [`ToolContext::new`]; the fields are public to read.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The agent's workspace: the root that file tools are confined to and the directory shell
+    /// commands run in.
+    pub workspace: PathBuf,
+    /// The session's folder for files tools produce (saved full outputs, scratch files). Meant
+    /// to be inside the workspace; a relative path is taken relative to the workspace.
+    pub staging_dir: PathBuf,
+    pub session_id: SessionId,
+    /// Fires when the turn is interrupted: a tool stops what it is doing (killing any process it
+    /// started) and returns promptly.
+    pub cancel: CancellationToken,
+    /// The provider's id for this call (or one the agent made up); names saved output files.
+    pub call_id: String,
+}
+
+impl ToolContext {
+    /// A context with a fresh, never-cancelled token.
+    pub fn new(
+        workspace: impl Into<PathBuf>,
+        staging_dir: impl Into<PathBuf>,
+        session_id: SessionId,
+        call_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            workspace: workspace.into(),
+            staging_dir: staging_dir.into(),
+            session_id,
+            cancel: CancellationToken::new(),
+            call_id: call_id.into(),
+        }
+    }
+
+    /// Use `cancel` (typically a child of the turn's token) instead of a fresh token.
+    pub fn with_cancel(mut self, cancel: CancellationToken) -> Self {
+        self.cancel = cancel;
+        self
+    }
+
+    /// The same context for another call of the same turn.
+    pub fn for_call(&self, call_id: impl Into<String>) -> Self {
+        Self { call_id: call_id.into(), ..self.clone() }
+    }
+
+    /// The staging folder as a path usable from any working directory.
+    pub fn staging_path(&self) -> PathBuf {
+        if self.staging_dir.is_absolute() { self.staging_dir.clone() } else { self.workspace.join(&self.staging_dir) }
+    }
+
+    /// `path` as the model should read it: relative to the workspace when it is inside it.
+    pub fn display_path(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.workspace) {
+            Ok(relative) if !relative.as_os_str().is_empty() => relative.display().to_string(),
+            Ok(_) | Err(_) => path.display().to_string(),
+        }
+    }
+}
+
+/// The result of one call.
+///
+/// `content` is what the model and the user see: for a process, its output; for a refusal or a
+/// bad argument, the reason. When `error` is set the call failed; the agent records it as
+/// `metadata.tool_error` and should make it visible to the model too (for a command that exited
+/// non-zero, `content` is the command's output and only `error` says `exit code N`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ToolOutput {
+    pub content: String,
+    /// A short line for `metadata.tool_result` (e.g. `5 passed in 0.42s`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    /// Set when the tool failed: goes to `metadata.tool_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+impl ToolOutput {
+    /// A successful call.
+    pub fn success(content: impl Into<String>) -> Self {
+        Self { content: content.into(), summary: None, error: None }
+    }
+
+    /// A failed call with nothing to show but the reason, which becomes the content too.
+    pub fn failure(error: impl Into<String>) -> Self {
+        let error = error.into();
+        Self { content: error.clone(), summary: None, error: Some(error) }
+    }
+
+    /// A failed call that still produced something to show (a command's output).
+    pub fn failure_with_content(content: impl Into<String>, error: impl Into<String>) -> Self {
+        Self { content: content.into(), summary: None, error: Some(error.into()) }
+    }
+
+    pub fn with_summary(mut self, summary: impl Into<String>) -> Self {
+        self.summary = Some(summary.into());
+        self
+    }
+
+    pub fn is_error(&self) -> bool {
+        self.error.is_some()
+    }
+}
+
+/// A capability the model can call.
+///
+/// A tool never panics on bad arguments and never returns a Rust error: every failure is a
+/// [`ToolOutput`] with `error` set, which goes back to the model. The [`Registry`](crate::Registry)
+/// validates arguments against [`ToolSpec::parameters`] before calling, and turns a panic into an
+/// error output, but a tool called directly must cope with any JSON.
+#[async_trait]
+pub trait Tool: Send + Sync + 'static {
+    fn spec(&self) -> &ToolSpec;
+
+    async fn call(&self, ctx: &ToolContext, arguments: Value) -> ToolOutput;
+}
+
+/// Parse a tool's arguments into its parameter struct, as an error output when they do not fit.
+pub(crate) fn parse_arguments<T: serde::de::DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ToolOutput> {
+    serde_json::from_value(arguments)
+        .map_err(|error| ToolOutput::failure(format!("invalid arguments for tool `{tool}`: {error}")))
+}

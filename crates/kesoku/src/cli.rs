@@ -1,0 +1,116 @@
+//! The command line: every subcommand and flag, parsed by clap.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(name = "kesoku", version, about = "A self-hosted AI agent runtime that never loses a message.")]
+pub struct Cli {
+    /// Configuration file.
+    #[arg(short = 'c', long = "config", global = true, env = "KESOKU_CONFIG", default_value = "kesoku.toml")]
+    pub config: PathBuf,
+    /// Log format of the service and of `-v` output.
+    #[arg(long = "log-format", global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// More logging on stderr (repeat for more).
+    #[arg(short = 'v', long = "verbose", global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write a commented config and create the workspace (database, session folders).
+    Init(InitArgs),
+    /// Talk to the agent: one-shot with a prompt, or interactive without one.
+    Chat(ChatArgs),
+    /// Inspect stored conversations.
+    #[command(subcommand)]
+    History(HistoryCommand),
+    /// List the execution ledger (one row per activation).
+    Ledger(LedgerArgs),
+    /// Configured models.
+    #[command(subcommand)]
+    Models(ModelsCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Overwrite an existing config file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// The prompt. Without one, an interactive session starts.
+    pub prompt: Vec<String>,
+    /// Resume the latest session of this terminal instead of starting a new one.
+    #[arg(short = 'z', long = "resume", conflicts_with = "session")]
+    pub resume: bool,
+    /// Continue a given session.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// List sessions and exit.
+    #[arg(short = 'l', long = "list")]
+    pub list: bool,
+    /// Attach a file (repeatable); it is staged into the session folder.
+    #[arg(long = "attach", value_name = "PATH")]
+    pub attach: Vec<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum HistoryCommand {
+    /// List sessions, newest first.
+    List {
+        /// Most sessions to show.
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show a session's trajectory in phased order.
+    Show {
+        /// Session id.
+        session: String,
+        /// Print the spec's JSON message objects.
+        #[arg(long, conflicts_with = "html")]
+        json: bool,
+        /// Print a self-contained HTML page.
+        #[arg(long)]
+        html: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct LedgerArgs {
+    /// Only this session's activations.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Only activations that did not succeed.
+    #[arg(long)]
+    pub failed: bool,
+    /// Most rows to show.
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ModelsCommand {
+    /// List configured models.
+    List,
+    /// Send one tiny request to a model and report latency and usage.
+    Check {
+        /// The `[models.NAME]` entry.
+        name: String,
+    },
+}

@@ -1,0 +1,72 @@
+//! `kesoku history`: list sessions and show a session's phased trajectory.
+
+use std::process::ExitCode;
+
+use anyhow::bail;
+use kesoku_core::{Message, MessageType, SessionId};
+use kesoku_store::SessionFilter;
+
+use crate::cli::HistoryCommand;
+use crate::config::Config;
+use crate::wiring;
+
+pub async fn run(config: &Config, command: HistoryCommand) -> anyhow::Result<ExitCode> {
+    let handle = wiring::open_store(config, false).await?;
+    let store = &handle.store;
+    match command {
+        HistoryCommand::List { limit } => {
+            let sessions =
+                store.list_sessions(&SessionFilter { limit: Some(limit), ..SessionFilter::default() }).await?;
+            if sessions.is_empty() {
+                println!("no sessions yet: start one with `kesoku chat \"hello\"`");
+            }
+            for session in sessions {
+                let messages = store.list_messages(&kesoku_core::MessageFilter::session(&session.id)).await?;
+                let first =
+                    messages.iter().find(|m| m.role == kesoku_core::Role::User).map(|m| one_line(&m.content, 60));
+                println!(
+                    "{}  {}  {}:{}  {} messages  {}",
+                    session.id,
+                    session.updated_at.format("%Y-%m-%d %H:%M"),
+                    session.chatbot_id,
+                    session.channel_id,
+                    messages.len(),
+                    session.title.clone().or(first).unwrap_or_default()
+                );
+            }
+        }
+        HistoryCommand::Show { session, json, html } => {
+            let id = SessionId::from(session.as_str());
+            let Some(_session) = store.get_session(&id).await? else {
+                bail!("no session `{session}`: list them with `kesoku history list`");
+            };
+            let messages = store.session_history(&id).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&messages)?);
+            } else if html {
+                bail!("--html is not available in this build");
+            } else {
+                for message in &messages {
+                    println!("{}", render_line(message));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
+}
+
+/// A plain, one-message-per-block rendering of the trajectory.
+pub fn render_line(message: &Message) -> String {
+    let label = match message.message_type {
+        MessageType::Text => message.role.as_str(),
+        MessageType::Thought => "thought",
+        MessageType::ToolCall => "tool call",
+        MessageType::ToolResult => "tool result",
+    };
+    format!("[{label}] {} ({}) {}\n{}\n", message.sender, message.status, message.id, message.content)
+}

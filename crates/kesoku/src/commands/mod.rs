@@ -1,0 +1,22 @@
+//! One module per subcommand.
+
+mod chat;
+mod history;
+mod init;
+mod ledger;
+mod models;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+use crate::config::Config;
+
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Init(args) => init::run(&cli.config, &args).await,
+        Command::Chat(args) => chat::run(&Config::load(&cli.config)?, &args).await,
+        Command::History(command) => history::run(&Config::load(&cli.config)?, command).await,
+        Command::Ledger(args) => ledger::run(&Config::load(&cli.config)?, &args).await,
+        Command::Models(command) => models::run(&Config::load(&cli.config)?, command).await,
+    }
+}

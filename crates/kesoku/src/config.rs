@@ -1,0 +1,223 @@
+//! `kesoku.toml`: the one configuration file, parsed strictly.
+//!
+//! Every key is known: a typo is an error naming the key, the file and the line, and what is
+//! expected. Paths in the file resolve relative to the file's own folder. Secrets are never in
+//! the file: it names environment variables that hold them.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::bail;
+use kesoku_agent::{AgentConfig, LaneLimits};
+use kesoku_llm::ModelConfig;
+use kesoku_tools::ToolsConfig;
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The template `kesoku init` writes.
+pub const TEMPLATE: &str = include_str!("../kesoku.template.toml");
+
+/// The file as written, before resolving paths and model entries.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    workspace: WorkspaceSection,
+    #[serde(default)]
+    agent: AgentConfig,
+    #[serde(default)]
+    limits: LaneLimits,
+    #[serde(default)]
+    models: BTreeMap<String, Spanned<toml::Table>>,
+    #[serde(default)]
+    tools: ToolsConfig,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkspaceSection {
+    /// Folder for session staging folders and models; tools run here.
+    #[serde(default = "default_workspace_dir")]
+    pub dir: String,
+    /// Store URL: `sqlite://PATH` (relative to the config file) or `postgres://…`.
+    #[serde(default = "default_database")]
+    pub database: String,
+}
+
+fn default_workspace_dir() -> String {
+    ".kesoku".into()
+}
+
+fn default_database() -> String {
+    "sqlite://.kesoku/kesoku.db".into()
+}
+
+impl Default for WorkspaceSection {
+    fn default() -> Self {
+        WorkspaceSection { dir: default_workspace_dir(), database: default_database() }
+    }
+}
+
+/// A `[models.NAME]` entry.
+#[derive(Debug, Clone)]
+pub enum ModelEntry {
+    Remote(ModelConfig),
+}
+
+/// The loaded configuration, paths resolved.
+#[derive(Debug)]
+pub struct Config {
+    /// The file it came from.
+    pub path: PathBuf,
+    pub workspace_dir: PathBuf,
+    pub database_url: String,
+    pub agent: AgentConfig,
+    pub limits: LaneLimits,
+    pub models: BTreeMap<String, ModelEntry>,
+    pub tools: ToolsConfig,
+}
+
+impl Config {
+    /// Read and check `path`. Errors name the file, the line and the key.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => bail!(
+                "config file {} does not exist: create it with `kesoku init -c {}`",
+                path.display(),
+                path.display()
+            ),
+            Err(error) => bail!("cannot read config file {}: {error}", path.display()),
+        };
+        Self::parse(path, &text)
+    }
+
+    pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
+        let file: ConfigFile =
+            toml::from_str(text).map_err(|error| anyhow::anyhow!(describe_toml_error(path, text, &error)))?;
+        let base = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let workspace_dir = base.join(&file.workspace.dir);
+        let database_url = resolve_database_url(base, &file.workspace.database).map_err(|reason| {
+            anyhow::anyhow!(
+                "{}:{}: [workspace] database: {reason}",
+                path.display(),
+                key_line(text, "workspace", "database")
+            )
+        })?;
+        if file.agent.name.trim().is_empty() {
+            bail!("{}:{}: [agent] name must not be empty", path.display(), key_line(text, "agent", "name"));
+        }
+        let mut models = BTreeMap::new();
+        for (name, table) in file.models {
+            let (line, _) = line_column(text, table.span().start);
+            let entry = parse_model(table.into_inner())
+                .map_err(|reason| anyhow::anyhow!("{}:{line}: [models.{name}]: {reason}", path.display()))?;
+            models.insert(name, entry);
+        }
+        if let Some(model) = &file.agent.model
+            && !models.contains_key(model)
+        {
+            let known: Vec<&str> = models.keys().map(String::as_str).collect();
+            bail!(
+                "{}:{}: [agent] model = \"{model}\" names no [models.{model}] entry; defined: {}",
+                path.display(),
+                key_line(text, "agent", "model"),
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            );
+        }
+        if let Err(error) = file.tools.validate() {
+            bail!("{}: [tools]: {error}", path.display());
+        }
+        Ok(Config {
+            path: path.to_owned(),
+            workspace_dir,
+            database_url,
+            agent: file.agent,
+            limits: file.limits,
+            models,
+            tools: file.tools,
+        })
+    }
+
+    /// The staging folder of a session.
+    pub fn session_dir(&self, session_id: &kesoku_core::SessionId) -> PathBuf {
+        self.workspace_dir.join("sessions").join(session_id.as_str())
+    }
+
+    /// Resolve a path written in the config file.
+    pub fn resolve_path(&self, path: &str) -> PathBuf {
+        let base = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        base.join(path)
+    }
+}
+
+fn parse_model(table: toml::Table) -> Result<ModelEntry, String> {
+    let provider = table
+        .get("provider")
+        .and_then(toml::Value::as_str)
+        .ok_or_else(|| "missing `provider`: expected one of gemini, openai, anthropic".to_owned())?
+        .to_owned();
+    match provider.as_str() {
+        "gemini" | "openai" | "anthropic" => {
+            let config: ModelConfig =
+                toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_owned())?;
+            Ok(ModelEntry::Remote(config))
+        }
+        other => Err(format!("unknown provider `{other}`: expected one of gemini, openai, anthropic")),
+    }
+}
+
+/// `sqlite://relative/path` becomes absolute against the config folder; other URLs pass through.
+fn resolve_database_url(base: &Path, url: &str) -> Result<String, String> {
+    if let Some(rest) = url.strip_prefix("sqlite://") {
+        if rest.is_empty() {
+            return Err("`sqlite://` needs a file path, for example `sqlite://.kesoku/kesoku.db`".into());
+        }
+        let path = Path::new(rest);
+        let absolute = if path.is_absolute() { path.to_owned() } else { base.join(path) };
+        return Ok(format!("sqlite://{}", absolute.display()));
+    }
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(url.to_owned());
+    }
+    Err(format!("`{url}` is not a store url: use `sqlite://PATH` or `postgres://USER@HOST/DB`"))
+}
+
+/// "file:line:column: message" plus the offending line, from a toml error with a span.
+pub fn describe_toml_error(path: &Path, text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end();
+    match error.span() {
+        Some(span) => {
+            let (line, column) = line_column(text, span.start);
+            let source_line = text.lines().nth(line.saturating_sub(1)).unwrap_or("");
+            format!("{}:{line}:{column}: {message}\n  | {source_line}", path.display())
+        }
+        None => format!("{}: {message}", path.display()),
+    }
+}
+
+/// 1-based line and column of a byte offset.
+pub fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// Line of `key = …` inside `[section]` (0 when not found, e.g. a default value).
+fn key_line(text: &str, section: &str, key: &str) -> usize {
+    let header = format!("[{section}]");
+    let mut inside = false;
+    for (index, line) in text.lines().enumerate() {
+        let trimmed = line.trim();
+        if trimmed.starts_with('[') {
+            inside = trimmed == header;
+            continue;
+        }
+        if inside && trimmed.split('=').next().is_some_and(|k| k.trim() == key) {
+            return index + 1;
+        }
+    }
+    0
+}

@@ -1,0 +1,6 @@
+//! End-to-end tests: the real `kesoku` binary on a temp workspace, driven as a user would.
+
+#![allow(clippy::expect_used)]
+
+mod chat;
+mod support;
