@@ -107,8 +107,8 @@ pub struct Turn<'a> {
     stop: StopSignal,
     pub usage: Usage,
     step: u32,
-    /// Tool calls of this turn still waiting for a result, by message id.
-    open_calls: HashMap<MessageId, Message>,
+    /// Tool calls of this turn still waiting for a result, in the order they were posted.
+    open_calls: Vec<Message>,
     last_input_tokens: u64,
 }
 
@@ -137,7 +137,7 @@ impl<'a> Turn<'a> {
         // A recovered turn continues after the steps its earlier run stored.
         let by_id: HashMap<&MessageId, &Message> = history.iter().map(|m| (&m.id, m)).collect();
         let mut step = 0;
-        let mut open_calls = HashMap::new();
+        let mut open_calls = Vec::new();
         let answered: std::collections::HashSet<&MessageId> = history
             .iter()
             .filter(|m| m.message_type == MessageType::ToolResult)
@@ -147,7 +147,7 @@ impl<'a> Turn<'a> {
             if turn_root(message, &by_id) == &root.id && message.id != root.id {
                 step = step.max(message.step);
                 if message.message_type == MessageType::ToolCall && !answered.contains(&message.id) {
-                    open_calls.insert(message.id.clone(), message.clone());
+                    open_calls.push(message.clone());
                 }
             }
         }
@@ -319,7 +319,7 @@ impl<'a> Turn<'a> {
         let posted = self.post(messages).await?;
         for message in posted {
             if message.message_type == MessageType::ToolCall {
-                self.open_calls.insert(message.id.clone(), message);
+                self.open_calls.push(message);
             }
         }
         Ok(())
@@ -334,8 +334,7 @@ impl<'a> Turn<'a> {
 
     /// Run this step's open calls concurrently, posting each result as it arrives.
     async fn run_tools(&mut self) -> Result<(), StepError> {
-        let mut calls: Vec<Message> = self.open_calls.values().filter(|m| m.step == self.step).cloned().collect();
-        calls.sort_by(|a, b| a.created_at.cmp(&b.created_at).then_with(|| a.id.cmp(&b.id)));
+        let calls: Vec<Message> = self.open_calls.iter().filter(|m| m.step == self.step).cloned().collect();
         let budget = u64::from(self.context.limits.tool_calls).saturating_sub(self.usage.tool_calls);
         let over_limit = calls.len() as u64 > budget;
         let (allowed, refused) = calls.split_at((budget as usize).min(calls.len()));
@@ -396,15 +395,13 @@ impl<'a> Turn<'a> {
     async fn post_result(&mut self, call: &Message, output: ToolOutput) -> Result<(), GatewayError> {
         let result = self.origin.tool_result(call, output.content, output.summary, output.error);
         self.post(vec![result]).await?;
-        self.open_calls.remove(&call.id);
+        self.open_calls.retain(|open| open.id != call.id);
         Ok(())
     }
 
     /// Give every open call a synthetic result and mark it interrupted.
     async fn close_open_calls(&mut self, text: &str) -> Result<(), GatewayError> {
-        let mut calls: Vec<Message> = self.open_calls.values().cloned().collect();
-        calls.sort_by(|a, b| a.id.cmp(&b.id));
-        for call in calls {
+        for call in self.open_calls.clone() {
             self.post_result(&call, ToolOutput::failure(text)).await?;
             let current = self.deps.gateway.store().get_message(&call.id).await?.map(|m| m.status);
             if current.is_some_and(|s| s.can_transition_to(Status::Interrupted)) {

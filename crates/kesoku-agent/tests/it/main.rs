@@ -1,1 +1,10 @@
-//! Integration tests.
+//! The agent end to end: a scripted model, real SQLite in a temp dir, real tools, and assertions
+//! on the whole resulting trajectory (role, type, sender, status, parent, metadata), as in the
+//! spec's examples.
+
+#![allow(clippy::expect_used)]
+
+mod harness;
+mod interruption;
+mod recovery;
+mod turns;

@@ -1,0 +1,83 @@
+//! Crash recovery: work a dead process held is handed back and finished exactly once.
+
+use kesoku_core::{Message, MessageType, Outcome, Role, Status, TurnOrigin};
+use kesoku_llm::ScriptStep;
+use serde_json::json;
+
+use crate::harness::{BOT, CHANNEL, Harness};
+
+#[tokio::test]
+async fn a_turn_killed_mid_tool_is_finished_once_after_restart() {
+    // Start with an agent that has nothing to do, then forge what a process killed mid-tool
+    // leaves behind: the message claimed by a dead process, a thought and a call without result.
+    let h = Harness::start(vec![]).await;
+    let user = Message::user_text(&h.session.id, BOT, CHANNEL, "Chii", "run the report");
+    let mut claimed = user.clone();
+    claimed.status = Status::Processing;
+    let origin = TurnOrigin::of(&user, "Kesoku");
+    let call = origin.tool_call(1, "call_1", "run_shell_command", json!({"command": "sleep 100"}));
+    h.handle
+        .store
+        .insert_messages(&[claimed.clone(), origin.thought(1, "running it", None), call.clone()])
+        .await
+        .expect("insert");
+    // A dead process on this host (pid 2147483632 does not exist) holds the claim.
+    let dead = format!("{}/2147483632/deadbeef", hostname());
+    h.handle.store.renew_claim(&user.id, "nobody").await.expect("renew");
+    sqlx_claim(&h, &user.id, &dead).await;
+
+    let mut h = h;
+    h.shut_down().await;
+    h.model.push(ScriptStep::text("The report is done."));
+    h.reboot(Default::default()).await;
+    assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
+
+    let messages = h.history().await;
+    let results: Vec<&Message> = messages.iter().filter(|m| m.message_type == MessageType::ToolResult).collect();
+    assert_eq!(results.len(), 1, "the open call got exactly one result");
+    assert_eq!(results[0].parent_id.as_ref(), Some(&call.id));
+    assert!(results[0].content.contains("service restarted"), "{}", results[0].content);
+    assert_eq!(h.status_of(&call.id).await, Status::Interrupted);
+    let answers = messages.iter().filter(|m| m.role == Role::Assistant && m.message_type == MessageType::Text).count();
+    assert_eq!(answers, 1, "no duplicate final answer");
+    let reply = messages.last().expect("reply");
+    assert_eq!(reply.step, 2, "the re-run continues after the stored step");
+    // The model saw the interrupted call with its synthetic result.
+    let seen = format!("{:?}", h.model.requests()[0].turns);
+    assert!(seen.contains("call_1") && seen.contains("service restarted"), "{seen}");
+    let outcomes: Vec<Option<Outcome>> = h.ledger_for(&user.id).await.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, vec![Some(Outcome::Succeeded)], "one activation ran the recovered turn");
+}
+
+#[tokio::test]
+async fn a_live_claim_elsewhere_is_left_alone() {
+    let h = Harness::start(vec![]).await;
+    let mut user = Message::user_text(&h.session.id, BOT, CHANNEL, "Chii", "busy elsewhere");
+    user.status = Status::Processing;
+    h.handle.store.insert_message(&user).await.expect("insert");
+    sqlx_claim(&h, &user.id, "another-host/1/alive").await;
+    let mut h = h;
+    h.shut_down().await;
+    h.reboot(Default::default()).await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(h.status_of(&user.id).await, Status::Processing, "another host's fresh claim is not an orphan");
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
+}
+
+/// Set who holds a `processing` message, as a crashed process's claim would.
+async fn sqlx_claim(h: &Harness, id: &kesoku_core::MessageId, claimed_by: &str) {
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", h.dir.path().join("kesoku.db").display()))
+        .await
+        .expect("raw connection");
+    sqlx::query("UPDATE messages SET claimed_by = ?, claimed_at = ? WHERE id = ?")
+        .bind(claimed_by)
+        .bind(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true))
+        .bind(id.as_str())
+        .execute(&pool)
+        .await
+        .expect("set claim");
+    pool.close().await;
+}
