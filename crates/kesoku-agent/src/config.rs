@@ -105,6 +105,9 @@ pub struct AgentConfig {
     /// Write every model request and response to the session's staging folder.
     #[serde(default)]
     pub debug: bool,
+    /// `[agent.compaction]`: keeping long conversations inside the window.
+    #[serde(default)]
+    pub compaction: crate::compaction::CompactionConfig,
     /// Default locale and timezone shown to the model when a platform gives none.
     #[serde(default)]
     pub locale: Option<String>,
@@ -141,6 +144,7 @@ impl Default for AgentConfig {
             orphan_after_s: default_orphan_after_s(),
             max_depth: default_max_depth(),
             debug: false,
+            compaction: crate::compaction::CompactionConfig::default(),
             locale: None,
             timezone: None,
         }

@@ -10,6 +10,7 @@
 //! This crate talks to traits (`Store`, `Ledger`, `Queue`, `Model`, `Tool`) through the gateway
 //! and never to SQL, HTTP or platforms directly.
 
+pub mod compaction;
 pub mod config;
 pub mod context;
 pub mod entries;

@@ -26,10 +26,18 @@ use serde_json::json;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use crate::compaction::{self, CompactionError};
 use crate::config::{AgentConfig, LaneLimits, QueueMode};
 use crate::context::ActivationContext;
 use crate::entries;
 use crate::turn::{RESTARTED_RESULT, StopSignal, Turn, TurnDeps, TurnEnd};
+
+/// Why a compaction did not happen.
+#[derive(Debug)]
+enum CompactError {
+    Summary(CompactionError),
+    Gateway(GatewayError),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
@@ -67,6 +75,11 @@ impl ModelSet {
     pub fn single(model: Arc<dyn Model>) -> Self {
         let default = model.name().to_owned();
         ModelSet { models: HashMap::from([(default.clone(), model)]), default }
+    }
+
+    /// A model by its configured name.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Model>> {
+        self.models.get(name).cloned()
     }
 
     pub fn default_model(&self) -> Arc<dyn Model> {
@@ -512,6 +525,9 @@ impl Agent {
             ));
         };
         let root = claimed.message;
+        if root.metadata.is_compaction == Some(true) {
+            return self.run_manual_compaction(activation, root).await;
+        }
         let stop = StopSignal::default();
         lock(&self.inner.running).insert(
             root.session_id.clone(),
@@ -586,7 +602,8 @@ impl Agent {
         }
         let limits = deps.limits.for_lane(activation.lane);
         let context = ActivationContext::derive(activation, limits, deps.models.default_model());
-        let history = gateway.store().session_history(&root.session_id).await?;
+        let history = compaction::apply_summaries(gateway.store().session_history(&root.session_id).await?);
+        let history = self.compact_if_needed(&context, &root, history).await?;
         let staging_dir = self.session_dir(&root.session_id);
         let now = Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string();
         let entries = vec![entries::activation_context_entry(&context, &now)];
@@ -635,6 +652,112 @@ impl Agent {
             }
         };
         Ok((resolved.0, resolved.1, usage))
+    }
+
+    /// The model that writes summaries: `[agent.compaction] model`, or the answering one.
+    fn summarizer(&self) -> Arc<dyn Model> {
+        let deps = &self.inner.deps;
+        deps.config
+            .compaction
+            .model
+            .as_deref()
+            .and_then(|name| deps.models.get(name))
+            .unwrap_or_else(|| deps.models.default_model())
+    }
+
+    /// Summarize the oldest turns of `view` and store the summary; returns the new view, or
+    /// `None` when there was nothing to compact.
+    async fn compact(
+        &self,
+        root: &Message,
+        view: &[Message],
+        automatic: bool,
+    ) -> Result<Option<Vec<Message>>, CompactError> {
+        let config = &self.inner.deps.config.compaction;
+        let Some(plan) = compaction::plan(view, config.keep_recent_turns) else { return Ok(None) };
+        let summarizer = self.summarizer();
+        let text = compaction::summarize(summarizer.as_ref(), &plan).await.map_err(CompactError::Summary)?;
+        let summary = compaction::summary_message(&root.session_id, &root.chatbot_id, &root.channel_id, &plan, &text);
+        let gateway = &self.inner.deps.gateway;
+        gateway.post(&summary).await.map_err(CompactError::Gateway)?;
+        let notice = Message::notification(
+            &root.session_id,
+            Some(&root.id),
+            &root.chatbot_id,
+            &root.channel_id,
+            compaction::notification_text(&plan, automatic),
+        );
+        gateway.post(&notice).await.map_err(CompactError::Gateway)?;
+        let history =
+            gateway.store().session_history(&root.session_id).await.map_err(|e| CompactError::Gateway(e.into()))?;
+        Ok(Some(compaction::apply_summaries(history)))
+    }
+
+    /// Automatic compaction before a turn, when the prepared context passes the configured
+    /// share of the window. It is recorded as its own background-lane maintenance activation.
+    async fn compact_if_needed(
+        &self,
+        context: &ActivationContext,
+        root: &Message,
+        view: Vec<Message>,
+    ) -> Result<Vec<Message>, AgentError> {
+        let config = &self.inner.deps.config.compaction;
+        let window = u64::from(context.model.info().context_window);
+        if !config.auto || (compaction::estimate_tokens(&view) as f64) < config.threshold * window as f64 {
+            return Ok(view);
+        }
+        let mut activation = self.activation_for(root);
+        activation.id = ActivationId::generate();
+        activation.payload =
+            ActivationPayload::Maintenance { task: kesoku_core::activation::MaintenanceTask::Compaction };
+        activation.lane = Lane::Background;
+        activation.triggered_by = "system".to_owned();
+        let ledger = &self.inner.deps.ledger;
+        ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await?;
+        ledger.record_started(&activation.id, Utc::now()).await?;
+        let usage = Usage { model_calls: 1, ..Usage::default() };
+        let (new_view, outcome, error) = match self.compact(root, &view, true).await {
+            Ok(Some(new_view)) => (new_view, Outcome::Succeeded, None),
+            Ok(None) => (view, Outcome::Succeeded, Some("nothing to compact: too few turns".to_owned())),
+            Err(CompactError::Summary(error)) => {
+                tracing::warn!(%error, session_id = %root.session_id, "automatic compaction failed; history unchanged");
+                (view, Outcome::Failed, Some(error.to_string()))
+            }
+            Err(CompactError::Gateway(error)) => return Err(error.into()),
+        };
+        ledger.record_finished(&activation.id, Utc::now(), outcome, error.as_deref(), &usage).await?;
+        Ok(new_view)
+    }
+
+    /// `/compact`: the Manual Compaction Trigger summarizes older turns now.
+    async fn run_manual_compaction(
+        &self,
+        activation: &Activation,
+        root: Message,
+    ) -> Result<(Outcome, Option<String>, Usage), AgentError> {
+        let gateway = &self.inner.deps.gateway;
+        let view = compaction::apply_summaries(gateway.store().session_history(&root.session_id).await?);
+        let usage = Usage { model_calls: 1, ..Usage::default() };
+        match self.compact(&root, &view, false).await {
+            Ok(Some(_)) => {
+                gateway.update_status(&root.id, Status::Processed).await?;
+                Ok((Outcome::Succeeded, None, usage))
+            }
+            Ok(None) => {
+                let notice = TurnOrigin::of(&root, &self.inner.deps.config.name).notification(
+                    "🔄 Nothing to compact yet: the conversation is still short (the first and the latest turns are always kept).",
+                );
+                gateway.post(&notice).await?;
+                gateway.update_status(&root.id, Status::Processed).await?;
+                Ok((Outcome::Succeeded, Some("nothing to compact".to_owned()), Usage::default()))
+            }
+            Err(CompactError::Summary(error)) => {
+                let short = error.to_string();
+                self.fail_root(&root, activation, &format!("{error:?}\n{error}"), &short).await;
+                Ok((Outcome::Failed, Some(short), usage))
+            }
+            Err(CompactError::Gateway(error)) => Err(error.into()),
+        }
     }
 
     /// Mark the root `error`, tell the user briefly, keep the full error in the staging folder.

@@ -467,8 +467,15 @@ impl<'a> Turn<'a> {
                     && m.status == Status::Processed
             })
             .count() as u64;
+        // Turns a compaction summary stands in for still count.
+        let summarized: u64 = self
+            .history
+            .iter()
+            .filter_map(|m| m.metadata.compaction_summary.as_ref())
+            .map(|s| u64::from(s.turns))
+            .sum();
         TurnMetrics {
-            session_turns: completed + 1,
+            session_turns: completed + summarized + 1,
             context_tokens: self.last_input_tokens,
             turn_tool_calls: self.usage.tool_calls,
             turn_tokens: self.usage.total_tokens(),

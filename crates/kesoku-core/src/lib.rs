@@ -20,6 +20,6 @@ pub use activation::{
 pub use filter::MessageFilter;
 pub use ids::{ActivationId, MessageId, SessionId};
 pub use message::{Message, Phase, TurnOrigin};
-pub use metadata::{Attachment, Metadata, TurnMetrics};
+pub use metadata::{Attachment, CompactionSummary, Metadata, TurnMetrics};
 pub use session::Session;
 pub use status::{IllegalTransition, MessageType, Role, Status, UnknownValue};

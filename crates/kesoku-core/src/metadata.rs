@@ -31,6 +31,21 @@ pub struct TurnMetrics {
     pub turn_time: f64,
 }
 
+/// What a compaction summary replaces: whole turns, from `first_turn` to `last_turn` (their
+/// root message ids, inclusive, in phased order). Nothing is deleted; the summary stands in for
+/// those turns in what the model sees until it is undone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactionSummary {
+    pub first_turn: crate::MessageId,
+    pub last_turn: crate::MessageId,
+    /// Turns and messages the summary stands in for.
+    pub turns: u32,
+    pub messages: u32,
+    /// Set by `kesoku history uncompact`: the turns are shown in full again.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub undone: bool,
+}
+
 /// Message metadata: the spec's keys, typed, plus whatever else arrived.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Metadata {
@@ -61,6 +76,9 @@ pub struct Metadata {
     pub is_compaction: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discord_message_id: Option<String>,
+    /// Set on a compaction summary message: the range of turns it replaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction_summary: Option<CompactionSummary>,
     /// Keys this version does not model, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,

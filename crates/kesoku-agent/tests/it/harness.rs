@@ -65,6 +65,15 @@ impl Harness {
         self.run = Some(run);
     }
 
+    /// Replace the running agent with one answering through `model`.
+    pub async fn reboot_with_model(&mut self, model: Arc<dyn kesoku_llm::Model>, options: Options) {
+        self.shut_down().await;
+        let (agent, shutdown, run) = boot_with(&self.dir, &self.handle, &self.gateway, model, options).await;
+        self.agent = agent;
+        self.shutdown = shutdown;
+        self.run = Some(run);
+    }
+
     /// Stop the agent as a service shutdown does, waiting for it to finish.
     pub async fn shut_down(&mut self) {
         self.shutdown.cancel();
@@ -142,13 +151,23 @@ async fn boot(
     model: &ScriptedModel,
     options: Options,
 ) -> (Agent, CancellationToken, JoinHandle<()>) {
+    boot_with(dir, handle, gateway, Arc::new(model.clone()), options).await
+}
+
+async fn boot_with(
+    dir: &TempDir,
+    handle: &StoreHandle,
+    gateway: &Gateway,
+    model: Arc<dyn kesoku_llm::Model>,
+    options: Options,
+) -> (Agent, CancellationToken, JoinHandle<()>) {
     let workspace = dir.path().join("workspace");
     std::fs::create_dir_all(&workspace).expect("workspace");
     let agent = Agent::new(AgentDeps {
         gateway: gateway.clone(),
         ledger: Arc::clone(&handle.ledger),
         queue: Arc::new(MemoryQueue::default()),
-        models: ModelSet::single(Arc::new(model.clone())),
+        models: ModelSet::single(model),
         tools: Arc::new(kesoku_tools::builtin_registry(&ToolsConfig::default())),
         workspace,
         config: options.config,

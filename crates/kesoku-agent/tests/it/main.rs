@@ -4,6 +4,7 @@
 
 #![allow(clippy::expect_used)]
 
+mod compaction;
 mod harness;
 mod interruption;
 mod recovery;

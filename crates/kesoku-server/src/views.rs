@@ -1,0 +1,395 @@
+//! The API's wire types: request parameters (`*Params`, `*Query`) with their validation rules,
+//! and response bodies (`*Response`, `*View`). Messages and ledger rows are sent as the core
+//! types themselves, so their JSON is exactly the specification's.
+//!
+//! The limits written in the `#[schema]` attributes and the checks in the `Validate` impls
+//! say the same thing; the fuzz run checks that they agree.
+
+use chrono::{DateTime, Utc};
+use kesoku_core::{LedgerEntry, Message, MessageId, MessageType, Role, Session, SessionId, Status};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::control::{LaneDepths, LaneLimits, RunningTurn};
+use crate::error::AppError;
+use crate::extract::{Validate, check_text};
+use crate::schema::{LedgerEntryDoc, MessageDoc, MessageTypeSchema, RoleSchema, StatusSchema};
+
+/// The chatbot id of messages posted through this API (the default of `chatbot_id`).
+pub const API_CHATBOT: &str = "api";
+/// Longest id-like field (chatbot, channel, sender, session id), in characters.
+pub const MAX_NAME_CHARS: usize = 256;
+/// Most attachments on one message.
+pub const MAX_ATTACHMENTS: usize = 20;
+/// Default and largest page sizes of list routes.
+pub const DEFAULT_LIMIT: u32 = 50;
+pub const MAX_LIMIT: u32 = 1000;
+
+/// A new user message.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostMessageParams {
+    /// The chatbot the message belongs to; its replies are delivered by that chatbot.
+    /// Defaults to `api` (this API delivers those: they appear on the event stream).
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "api")]
+    pub chatbot_id: Option<String>,
+    /// The conversation inside the chatbot; with `chatbot_id` it selects the active session.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "web")]
+    pub channel_id: String,
+    /// Who wrote the message.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "Chii")]
+    pub sender: String,
+    /// The text of the message.
+    #[schema(min_length = 1, pattern = "^[^\\u0000]*$", example = "What is the weather in Tokyo?")]
+    pub content: String,
+    /// Files, staged into the session's folder and listed in `metadata.attachments`.
+    #[serde(default)]
+    #[schema(max_items = 20)]
+    pub attachments: Vec<AttachmentParams>,
+}
+
+/// One attached file.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachmentParams {
+    /// A plain file name: no directories, no `..`, no absolute path, no NUL.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^/\\\\\\u0000]*[^/\\\\\\u0000.][^/\\\\\\u0000]*$",
+        example = "data.csv"
+    )]
+    pub filename: String,
+    /// The file's media type, `type/subtype`.
+    #[schema(
+        min_length = 3,
+        max_length = 255,
+        pattern = "^[!#$%&'*+.^_`|~0-9A-Za-z-]+/[!#$%&'*+.^_`|~0-9A-Za-z-]+$",
+        example = "text/csv"
+    )]
+    pub mime_type: String,
+    /// The file's bytes, base64 (standard alphabet, padding optional).
+    #[schema(
+        content_encoding = "base64",
+        pattern = "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}(==)?|[A-Za-z0-9+/]{3}=?)?$",
+        example = "YSxiCjEsMgo="
+    )]
+    pub content_base64: String,
+}
+
+impl Validate for PostMessageParams {
+    fn validate(&self) -> Result<(), AppError> {
+        if let Some(chatbot_id) = &self.chatbot_id {
+            check_text("chatbot_id", chatbot_id, 1, MAX_NAME_CHARS)?;
+        }
+        check_text("channel_id", &self.channel_id, 1, MAX_NAME_CHARS)?;
+        check_text("sender", &self.sender, 1, MAX_NAME_CHARS)?;
+        check_text("content", &self.content, 1, usize::MAX)?;
+        if self.attachments.len() > MAX_ATTACHMENTS {
+            return Err(AppError::invalid_field(format!("at most {MAX_ATTACHMENTS} attachments per message")));
+        }
+        for (index, attachment) in self.attachments.iter().enumerate() {
+            check_text(&format!("attachments[{index}].filename"), &attachment.filename, 1, 255)?;
+            check_text(&format!("attachments[{index}].mime_type"), &attachment.mime_type, 3, 255)?;
+            if !is_media_type(&attachment.mime_type) {
+                return Err(AppError::invalid_field(format!(
+                    "`attachments[{index}].mime_type` must look like `type/subtype`, for example `text/plain`"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_token_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || "!#$%&'*+.^_`|~-".contains(c)
+}
+
+/// `type/subtype` made of RFC 9110 token characters.
+fn is_media_type(value: &str) -> bool {
+    match value.split_once('/') {
+        Some((kind, subtype)) => {
+            !kind.is_empty()
+                && !subtype.is_empty()
+                && kind.chars().all(is_token_char)
+                && subtype.chars().all(is_token_char)
+        }
+        None => false,
+    }
+}
+
+/// A message was accepted.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PostMessageResponse {
+    /// The new message's id.
+    #[schema(value_type = String)]
+    pub id: MessageId,
+    /// The session it went to.
+    #[schema(value_type = String)]
+    pub session_id: SessionId,
+}
+
+/// What a session is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Activity {
+    /// Nothing waiting, nothing running.
+    Idle,
+    /// Messages wait for a worker (`pending_agent`).
+    Waiting,
+    /// A turn runs (a message is `processing`).
+    Running,
+}
+
+/// A session, with whether it is its channel's active one and what it is doing.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionView {
+    #[schema(value_type = String)]
+    pub id: SessionId,
+    pub chatbot_id: String,
+    pub channel_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    /// New messages on its (chatbot, channel) go to this session.
+    pub active: bool,
+    pub activity: Activity,
+}
+
+impl SessionView {
+    pub fn new(session: Session, active: bool, activity: Activity) -> Self {
+        SessionView {
+            id: session.id,
+            chatbot_id: session.chatbot_id,
+            channel_id: session.channel_id,
+            title: session.title,
+            created_at: session.created_at,
+            updated_at: session.updated_at,
+            active,
+            activity,
+        }
+    }
+}
+
+/// Sessions, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionListResponse {
+    pub sessions: Vec<SessionView>,
+}
+
+/// Filters of `GET /v1/sessions`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct SessionListQuery {
+    /// Only sessions of this chatbot.
+    #[param(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$")]
+    pub chatbot_id: Option<String>,
+    /// Only sessions of this channel.
+    #[param(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$")]
+    pub channel_id: Option<String>,
+    /// Most sessions returned (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+}
+
+fn check_limit(limit: Option<u32>) -> Result<(), AppError> {
+    match limit {
+        Some(limit) if !(1..=MAX_LIMIT).contains(&limit) => {
+            Err(AppError::new(crate::error::ErrorCode::BadQuery, format!("`limit` must be between 1 and {MAX_LIMIT}")))
+        }
+        Some(_) | None => Ok(()),
+    }
+}
+
+fn check_query_text(field: &str, value: Option<&str>) -> Result<(), AppError> {
+    match value {
+        Some(value) => check_text(field, value, 1, MAX_NAME_CHARS)
+            .map_err(|error| AppError::new(crate::error::ErrorCode::BadQuery, error_message(error))),
+        None => Ok(()),
+    }
+}
+
+fn error_message(error: AppError) -> String {
+    match error {
+        AppError::Client { message, .. } => message,
+        AppError::Internal(error) => error.to_string(),
+    }
+}
+
+impl Validate for SessionListQuery {
+    fn validate(&self) -> Result<(), AppError> {
+        check_query_text("chatbot_id", self.chatbot_id.as_deref())?;
+        check_query_text("channel_id", self.channel_id.as_deref())?;
+        check_limit(self.limit)
+    }
+}
+
+/// A session's whole history in phased order.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MessagesResponse {
+    #[schema(value_type = String)]
+    pub session_id: SessionId,
+    /// The store revision read before the history: open the event stream with `after=rev`
+    /// to miss nothing that changes after this read.
+    pub rev: i64,
+    #[schema(value_type = Vec<MessageDoc>)]
+    pub messages: Vec<Message>,
+}
+
+/// A stop request was carried out.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct StopResponse {
+    #[schema(value_type = String)]
+    pub session_id: SessionId,
+    /// Waiting messages that were interrupted.
+    pub interrupted: u64,
+}
+
+/// Filters of `GET /v1/activations`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ActivationsQuery {
+    /// Only activations of this session.
+    #[param(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$")]
+    pub session_id: Option<String>,
+    /// `true`: only activations that did not succeed (failed, interrupted, cancelled, limit exceeded).
+    pub failed: Option<bool>,
+    /// Most rows returned, newest first (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    pub limit: Option<u32>,
+}
+
+impl Validate for ActivationsQuery {
+    fn validate(&self) -> Result<(), AppError> {
+        check_query_text("session_id", self.session_id.as_deref())?;
+        check_limit(self.limit)
+    }
+}
+
+/// Ledger rows, newest first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ActivationListResponse {
+    #[schema(value_type = Vec<LedgerEntryDoc>)]
+    pub activations: Vec<LedgerEntry>,
+}
+
+/// Parameters of `GET /v1/events`.
+#[derive(Debug, Clone, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// Only messages of this session (all sessions when absent).
+    #[param(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$")]
+    pub session_id: Option<String>,
+    /// Start after this store revision (for example the `rev` of a history read). A
+    /// `Last-Event-ID` header, sent by reconnecting clients, takes precedence.
+    #[param(minimum = 0)]
+    pub after: Option<i64>,
+}
+
+impl Validate for EventsQuery {
+    fn validate(&self) -> Result<(), AppError> {
+        check_query_text("session_id", self.session_id.as_deref())?;
+        if self.after.is_some_and(|after| after < 0) {
+            return Err(AppError::new(crate::error::ErrorCode::BadQuery, "`after` must not be negative"));
+        }
+        Ok(())
+    }
+}
+
+/// One event of the stream: a message as of one change.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MessageEventView {
+    /// The store revision of the change (also the SSE event id).
+    pub rev: i64,
+    /// The change created the message (else it changed it).
+    pub created: bool,
+    #[schema(value_type = MessageDoc)]
+    pub message: Message,
+}
+
+/// Who holds the session's `processing` message.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WorkerView {
+    #[schema(value_type = String)]
+    pub message_id: MessageId,
+    /// The worker that claimed it (absent when the claim was not recorded).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claimed_by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub claimed_at: Option<DateTime<Utc>>,
+    /// Seconds since the claim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub held_for_s: Option<i64>,
+}
+
+/// The newest change in the session.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct LastEventView {
+    #[schema(value_type = String)]
+    pub message_id: MessageId,
+    #[schema(value_type = RoleSchema)]
+    pub role: Role,
+    #[serde(rename = "type")]
+    #[schema(value_type = MessageTypeSchema, rename = "type")]
+    pub message_type: MessageType,
+    #[schema(value_type = StatusSchema)]
+    pub status: Status,
+    pub sender: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// A message waiting for a worker.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct WaitingView {
+    #[schema(value_type = String)]
+    pub message_id: MessageId,
+    pub sender: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+/// Why a session is (or is not) moving.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct SessionStateResponse {
+    #[schema(value_type = String)]
+    pub session_id: SessionId,
+    pub activity: Activity,
+    /// One sentence: what the session is doing or what it waits for.
+    pub summary: String,
+    /// The worker holding the session's `processing` message, per the store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub worker: Option<WorkerView>,
+    /// The turn this process runs for the session, per the runtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running_turn: Option<RunningTurn>,
+    /// Activations waiting per lane (all sessions).
+    pub queue: LaneDepths,
+    /// The session's newest change.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_event: Option<LastEventView>,
+    /// Limits of each lane.
+    pub limits: LaneLimits,
+    /// Messages waiting for a worker, oldest first.
+    pub waiting: Vec<WaitingView>,
+    /// Ledger rows of the session that started and never finished.
+    #[schema(value_type = Vec<LedgerEntryDoc>)]
+    pub unfinished_activations: Vec<LedgerEntry>,
+}
+
+/// The process is up.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct HealthResponse {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    pub status: String,
+}
+
+/// The runtime snapshot plus the store's newest revision.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct RuntimeResponse {
+    #[serde(flatten)]
+    pub state: crate::control::RuntimeState,
+    /// The store's newest revision.
+    pub rev: i64,
+}

@@ -1,0 +1,149 @@
+//! Health, readiness, metrics, the ledger and the runtime snapshot.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use http::StatusCode;
+use kesoku_broker::MemoryBroker;
+use kesoku_core::{
+    Activation, ActivationId, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Outcome, SessionId, Usage,
+};
+use kesoku_gateway::Gateway;
+use kesoku_server::{AgentControl, ServerState};
+use kesoku_store::{Ledger, SqliteStore, Store};
+use metrics_exporter_prometheus::PrometheusBuilder;
+
+use crate::harness::{FakeControl, TestServer, assert_error, get, send};
+
+#[tokio::test]
+async fn health_is_always_ok_and_readiness_follows_the_store() {
+    let (dir, path) = kesoku_test_support::db::temp_sqlite_path();
+    let backend = Arc::new(SqliteStore::open(&path).await.expect("open"));
+    let store: Arc<dyn Store> = backend.clone();
+    let ledger: Arc<dyn Ledger> = backend.clone();
+    let control: Arc<dyn AgentControl> = Arc::new(FakeControl::default());
+    let gateway = Gateway::new(store, Arc::new(MemoryBroker::default()));
+    let app = kesoku_server::app(ServerState::new(gateway, ledger, control, dir.path().to_path_buf()));
+
+    let health = send(&app, get("/healthz")).await;
+    assert_eq!((health.status, health.json["status"].as_str()), (StatusCode::OK, Some("ok")));
+    let ready = send(&app, get("/readyz")).await;
+    assert_eq!((ready.status, ready.json["status"].as_str()), (StatusCode::OK, Some("ready")));
+
+    backend.close().await;
+    let not_ready = send(&app, get("/readyz")).await;
+    assert_error(&not_ready, StatusCode::SERVICE_UNAVAILABLE, "not_ready");
+    assert_eq!(send(&app, get("/healthz")).await.status, StatusCode::OK, "liveness does not depend on the store");
+}
+
+fn activation(session: &SessionId, lane: Lane, created_at: chrono::DateTime<Utc>) -> Activation {
+    Activation {
+        id: ActivationId::generate(),
+        session_id: session.clone(),
+        chatbot_id: "api".into(),
+        channel_id: "web".into(),
+        triggered_by: "Chii".into(),
+        delegation_user: None,
+        depth: 0,
+        lane,
+        expected_response: ExpectedResponse::default(),
+        locale: None,
+        timezone: None,
+        created_at,
+        payload: ActivationPayload::FollowUp { note: "check".into() },
+    }
+}
+
+#[tokio::test]
+async fn activations_are_listed_newest_first_and_filtered() {
+    let server = TestServer::new().await;
+    let a = SessionId::from("sess_a");
+    let b = SessionId::from("sess_b");
+    let mut ids = Vec::new();
+    let base = Utc::now() - chrono::Duration::minutes(10);
+    let rows = [(&a, Outcome::Succeeded), (&a, Outcome::Failed), (&b, Outcome::Interrupted)];
+    for (minute, (session, outcome)) in (0..).zip(rows) {
+        let act = activation(session, Lane::Responsive, base + chrono::Duration::minutes(minute));
+        server.ledger.record_enqueued(&LedgerEntry::enqueued(&act)).await.expect("enqueued");
+        server.ledger.record_started(&act.id, Utc::now()).await.expect("started");
+        let usage = Usage { model_calls: 3, tool_calls: 2, input_tokens: 100, output_tokens: 20 };
+        let error = (outcome == Outcome::Failed).then_some("model unreachable");
+        server.ledger.record_finished(&act.id, Utc::now(), outcome, error, &usage).await.expect("finished");
+        ids.push(act.id);
+    }
+    let app = server.app();
+
+    let all = send(&app, get("/v1/activations")).await;
+    assert_eq!(all.status, StatusCode::OK);
+    let rows = all.json["activations"].as_array().expect("rows");
+    let got: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap_or("")).collect();
+    assert_eq!(got, [ids[2].as_str(), ids[1].as_str(), ids[0].as_str()], "newest first");
+    assert_eq!(rows[1]["error"], "model unreachable");
+    assert_eq!(rows[1]["usage"]["model_calls"], 3);
+    assert_eq!(rows[0]["lane"], "responsive");
+    assert_eq!(rows[0]["kind"], "follow_up");
+
+    let failed = send(&app, get("/v1/activations?failed=true")).await;
+    let outcomes: Vec<&str> = failed.json["activations"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(outcomes, ["interrupted", "failed"]);
+
+    let of_a = send(&app, get("/v1/activations?session_id=sess_a&limit=1")).await;
+    let rows = of_a.json["activations"].as_array().expect("rows");
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["id"], ids[1].as_str());
+
+    for bad in [
+        "/v1/activations?failed=yes",
+        "/v1/activations?limit=0",
+        "/v1/activations?limit=-1",
+        "/v1/activations?session_id=",
+    ] {
+        assert_error(&send(&app, get(bad)).await, StatusCode::BAD_REQUEST, "bad_query");
+    }
+}
+
+#[tokio::test]
+async fn runtime_reports_the_agents_state_and_the_revision() {
+    let server = TestServer::new().await;
+    let reply = send(&server.app(), get("/v1/runtime")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.json["queue"]["interactive"], 2);
+    assert_eq!(reply.json["limits"]["background"]["tool_calls"], 0);
+    assert_eq!(reply.json["running"], serde_json::json!([]));
+    assert!(reply.json["rev"].is_i64());
+}
+
+#[tokio::test]
+async fn metrics_render_the_recorder_and_scrape_time_gauges() {
+    let server = TestServer::new().await;
+    let session = server.session("api", "web").await;
+    server.post(&crate::harness::user(&session, "waiting")).await;
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        metrics::counter!("kesoku_turns_total", "outcome" => "succeeded").increment(3);
+    });
+    let app = kesoku_server::app(server.state().with_metrics(handle));
+    let reply = send(&app, get("/metrics")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(reply.content_type().starts_with("text/plain; version=0.0.4"), "{}", reply.content_type());
+    for line in [
+        "kesoku_turns_total{outcome=\"succeeded\"} 3",
+        "kesoku_lane_depth{lane=\"interactive\"} 2",
+        "kesoku_lane_depth{lane=\"responsive\"} 1",
+        "kesoku_lane_depth{lane=\"background\"} 0",
+        "kesoku_turns_running 0",
+        "kesoku_messages_open{status=\"pending_agent\"} 1",
+        "# TYPE kesoku_lane_depth gauge",
+    ] {
+        assert!(reply.text.lines().any(|l| l == line), "missing `{line}` in:\n{}", reply.text);
+    }
+    // Without a recorder the gauges are still there.
+    let bare = send(&server.app(), get("/metrics")).await;
+    assert!(bare.text.contains("kesoku_lane_depth{lane=\"interactive\"} 2"));
+}
