@@ -476,6 +476,8 @@ impl Agent {
                 Usage::default(),
             ),
         };
+        metrics::counter!("kesoku_turns_total", "outcome" => outcome.as_str(), "lane" => activation.lane.as_str())
+            .increment(1);
         if let Err(record_error) =
             ledger.record_finished(&activation.id, Utc::now(), outcome, error.as_deref(), &usage).await
         {
@@ -620,11 +622,24 @@ impl Agent {
             system_prompt: &self.inner.system_prompt,
             entries,
             model_log: if deps.config.debug { Some(&model_log) } else { None },
+            steer_as: (deps.config.queue_mode_for(&root.chatbot_id, &root.channel_id) == QueueMode::Steer)
+                .then_some(self.inner.worker_id.as_str()),
         };
         let mut turn = Turn::new(turn_deps, &context, root.clone(), history, stop);
         let end = turn.run().await;
         let usage = turn.usage;
+        let steered = std::mem::take(&mut turn.steered);
         drop(turn);
+        // Messages that joined the turn end as its root does.
+        let steered_status = match &end {
+            TurnEnd::Answered { .. } | TurnEnd::LimitExceeded { .. } => Status::Processed,
+            TurnEnd::Stopped { reason: StopReason::Shutdown } => Status::PendingAgent,
+            TurnEnd::Stopped { .. } => Status::Interrupted,
+            TurnEnd::Failed { .. } => Status::Error,
+        };
+        for id in &steered {
+            gateway.update_status(id, steered_status).await?;
+        }
         let resolved = match end {
             TurnEnd::Answered { note } => {
                 gateway.update_status(&root.id, Status::Processed).await?;

@@ -94,6 +94,9 @@ pub struct TurnDeps<'a> {
     pub entries: Vec<Message>,
     /// Called with each model request/response when debugging is on.
     pub model_log: Option<&'a ModelLog>,
+    /// `queue_mode = "steer"`: newer messages on the channel join this turn at its next
+    /// boundary. Holds who claims them.
+    pub steer_as: Option<&'a str>,
 }
 
 /// One running turn.
@@ -110,6 +113,8 @@ pub struct Turn<'a> {
     /// Tool calls of this turn still waiting for a result, in the order they were posted.
     open_calls: Vec<Message>,
     last_input_tokens: u64,
+    /// Newer messages that joined this turn (steer mode), claimed by it.
+    pub steered: Vec<MessageId>,
 }
 
 enum StepError {
@@ -162,6 +167,7 @@ impl<'a> Turn<'a> {
             step,
             open_calls,
             last_input_tokens: 0,
+            steered: Vec::new(),
         }
     }
 
@@ -180,6 +186,11 @@ impl<'a> Turn<'a> {
             if self.usage.model_calls >= u64::from(self.context.limits.model_calls) {
                 return self.limit_reached(LimitKind::ModelCalls).await;
             }
+            if self.step > 0
+                && let Err(error) = self.absorb_steering().await
+            {
+                return store_failure(error);
+            }
             self.step += 1;
             let response = match self.call_model().await {
                 Ok(response) => response,
@@ -195,6 +206,16 @@ impl<'a> Turn<'a> {
                 Err(error) => return store_failure(error),
             }
             if !calls.is_empty() {
+                // A message that arrived while the model answered joins now: the calls it made
+                // before seeing it are skipped, and the model answers with it in view.
+                match self.absorb_steering().await {
+                    Ok(true) => match self.skip_open_calls().await {
+                        Ok(()) => continue,
+                        Err(error) => return store_failure(error),
+                    },
+                    Ok(false) => {}
+                    Err(error) => return store_failure(error),
+                }
                 match self.run_tools().await {
                     Ok(()) => continue,
                     Err(StepError::Stopped) => return self.stopped().await,
@@ -267,6 +288,7 @@ impl<'a> Turn<'a> {
         let request = self.request();
         self.usage.model_calls += 1;
         let model = Arc::clone(&self.context.model);
+        let started = std::time::Instant::now();
         let answer = async {
             let mut stream = model.stream(&request).await?;
             collect_response(&mut stream).await
@@ -281,7 +303,12 @@ impl<'a> Turn<'a> {
         if let Some(log) = self.deps.model_log {
             log(self.step, &request, result.as_ref());
         }
+        let outcome = if result.is_ok() { "ok" } else { "error" };
+        metrics::histogram!("kesoku_model_latency_seconds", "model" => model.name().to_owned(), "outcome" => outcome)
+            .record(started.elapsed().as_secs_f64());
         let response = result.map_err(StepError::Model)?;
+        metrics::counter!("kesoku_model_tokens_total", "kind" => "input").increment(response.usage.input_tokens);
+        metrics::counter!("kesoku_model_tokens_total", "kind" => "output").increment(response.usage.output_tokens);
         self.usage.input_tokens += response.usage.input_tokens;
         self.usage.output_tokens += response.usage.output_tokens;
         self.last_input_tokens = response.usage.input_tokens;
@@ -393,9 +420,56 @@ impl<'a> Turn<'a> {
     }
 
     async fn post_result(&mut self, call: &Message, output: ToolOutput) -> Result<(), GatewayError> {
+        let tool = call.metadata.tool_name.clone().unwrap_or_default();
+        let result = if output.error.is_some() { "error" } else { "ok" };
+        metrics::counter!("kesoku_tool_calls_total", "tool" => tool, "result" => result).increment(1);
         let result = self.origin.tool_result(call, output.content, output.summary, output.error);
         self.post(vec![result]).await?;
         self.open_calls.retain(|open| open.id != call.id);
+        Ok(())
+    }
+
+    /// Steer mode: claim newer human messages of this channel and add them to the turn.
+    /// Returns whether any joined.
+    async fn absorb_steering(&mut self) -> Result<bool, GatewayError> {
+        let Some(claimant) = self.deps.steer_as else { return Ok(false) };
+        let waiting = self
+            .deps
+            .gateway
+            .store()
+            .list_messages(
+                &kesoku_core::MessageFilter::session(&self.root.session_id)
+                    .with_channel(&self.root.channel_id)
+                    .with_statuses(&[Status::PendingAgent])
+                    .with_roles(&[Role::User]),
+            )
+            .await?;
+        let mut joined = false;
+        for message in waiting {
+            if message.id == self.root.id || message.metadata.is_cronjob == Some(true) {
+                continue;
+            }
+            let Some(claimed) =
+                self.deps.gateway.claim(&message.id, Status::Processing, &[Status::PendingAgent], claimant).await?
+            else {
+                continue;
+            };
+            // In this turn's view it is input to the next step (stored, it stays its own root).
+            let mut joined_message = claimed.message;
+            joined_message.parent_id = Some(self.root.id.clone());
+            joined_message.step = self.step;
+            self.steered.push(joined_message.id.clone());
+            self.history.push(joined_message);
+            joined = true;
+        }
+        Ok(joined)
+    }
+
+    /// Give this step's calls that have not started a synthetic "skipped" result.
+    async fn skip_open_calls(&mut self) -> Result<(), GatewayError> {
+        for call in self.open_calls.clone() {
+            self.post_result(&call, ToolOutput::failure(SKIPPED_FOR_NEWER_RESULT)).await?;
+        }
         Ok(())
     }
 
@@ -486,6 +560,9 @@ impl<'a> Turn<'a> {
 
 /// Synthetic result of a call cut off by a newer message.
 pub const INTERRUPTED_BY_NEWER_RESULT: &str = "Tool call interrupted: a newer message arrived before it finished.";
+/// Synthetic result of a call skipped because a newer message joined the turn (steer mode).
+pub const SKIPPED_FOR_NEWER_RESULT: &str =
+    "Tool call skipped: a newer message from the user arrived before it started; see that message.";
 /// Synthetic result of a call cut off by a stop request.
 pub const STOPPED_BY_USER_RESULT: &str = "Tool call interrupted: the user stopped the turn before it finished.";
 /// Synthetic result of a call its process never finished (crash, restart, shutdown).

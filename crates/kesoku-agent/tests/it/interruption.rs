@@ -189,3 +189,61 @@ async fn shutdown_hands_a_running_turn_back_and_the_next_start_finishes_it() {
     let replies = h.history().await.into_iter().filter(|m| m.role == Role::Assistant).count();
     assert_eq!(replies, 1, "answered exactly once");
 }
+
+#[tokio::test]
+async fn steer_mode_adds_a_newer_message_to_the_running_turn_after_its_tools() {
+    let h = Harness::start_with(
+        vec![
+            ScriptStep::tool_call("run_shell_command", json!({"command": "sleep 1; echo built"})),
+            ScriptStep::text("Built it, and added the tests you asked for."),
+        ],
+        options(QueueMode::Steer),
+    )
+    .await;
+    let user_a = h.post_user("build the component").await;
+    h.wait_for(|m| m.message_type == MessageType::ToolCall).await;
+    let user_b = h.post_user("also add tests please").await;
+    assert_eq!(h.wait_terminal(&user_a.id).await, Status::Processed);
+    assert_eq!(h.wait_terminal(&user_b.id).await, Status::Processed);
+    let requests = h.model.requests();
+    assert_eq!(requests.len(), 2, "one turn answered both");
+    let seen = format!("{:?}", requests[1].turns.last().expect("turns"));
+    assert!(seen.contains("also add tests please"), "the second call saw the new message last: {seen}");
+    let result = h.wait_for(|m| m.message_type == MessageType::ToolResult).await;
+    assert!(result.content.contains("built"), "the running tool finished: {}", result.content);
+    assert_eq!(h.model.cancellations(), 0);
+    let replies = h.history().await.into_iter().filter(|m| m.role == Role::Assistant).count();
+    assert_eq!(replies, 1);
+    assert_eq!(
+        h.ledger_for(&user_b.id).await[0].outcome,
+        Some(Outcome::Cancelled),
+        "B's own activation found it taken"
+    );
+}
+
+#[tokio::test]
+async fn steer_mode_skips_calls_that_had_not_started() {
+    let h = Harness::start_with(
+        vec![
+            ScriptStep::tool_call("run_shell_command", json!({"command": "echo should-not-run"}))
+                .delayed(Duration::from_millis(400)),
+            ScriptStep::text("Done the new way."),
+        ],
+        options(QueueMode::Steer),
+    )
+    .await;
+    let user_a = h.post_user("do it the old way").await;
+    for _ in 0..500 {
+        if !h.model.requests().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let user_b = h.post_user("no, the new way").await;
+    assert_eq!(h.wait_terminal(&user_a.id).await, Status::Processed);
+    assert_eq!(h.wait_terminal(&user_b.id).await, Status::Processed);
+    let result = h.wait_for(|m| m.message_type == MessageType::ToolResult).await;
+    assert!(result.content.contains("skipped"), "{}", result.content);
+    assert!(!result.content.contains("should-not-run"));
+    assert!(format!("{:?}", h.model.requests()[1].turns).contains("no, the new way"));
+}
