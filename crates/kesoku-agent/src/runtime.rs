@@ -111,6 +111,7 @@ pub struct AgentDeps {
 #[derive(Debug, Clone)]
 pub struct RunningTurn {
     pub activation_id: ActivationId,
+    pub lane: Lane,
     pub root_id: MessageId,
     pub since: chrono::DateTime<Utc>,
     stop: StopSignal,
@@ -180,6 +181,11 @@ impl Agent {
 
     pub fn config(&self) -> &AgentConfig {
         &self.inner.deps.config
+    }
+
+    /// The limits of each lane.
+    pub fn limits(&self) -> &LaneLimits {
+        &self.inner.deps.limits
     }
 
     /// The staging folder of a session.
@@ -535,6 +541,7 @@ impl Agent {
             root.session_id.clone(),
             RunningTurn {
                 activation_id: activation.id.clone(),
+                lane: activation.lane,
                 root_id: root.id.clone(),
                 since: Utc::now(),
                 stop: stop.clone(),
