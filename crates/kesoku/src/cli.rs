@@ -32,6 +32,11 @@ pub enum Command {
     Init(InitArgs),
     /// Talk to the agent: one-shot with a prompt, or interactive without one.
     Chat(ChatArgs),
+    /// Run the long-lived service: the agent, recovery, delivery; until SIGTERM or SIGINT.
+    Start(StartArgs),
+    /// Install and control the service as a systemd unit.
+    #[command(subcommand)]
+    Service(ServiceCommand),
     /// Inspect stored conversations.
     #[command(subcommand)]
     History(HistoryCommand),
@@ -67,6 +72,65 @@ pub struct ChatArgs {
     pub attach: Vec<PathBuf>,
 }
 
+#[derive(Debug, Args)]
+pub struct StartArgs {}
+
+/// Which systemd manager a unit belongs to.
+#[derive(Debug, Clone, Args)]
+pub struct UnitArgs {
+    /// A system unit (`/etc/systemd/system`, needs root) instead of a user unit
+    /// (`~/.config/systemd/user`).
+    #[arg(long)]
+    pub system: bool,
+    /// The unit's name (several services need several names).
+    #[arg(long, default_value = "kesoku")]
+    pub name: String,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Write the unit file, reload systemd and enable the unit.
+    Install {
+        #[command(flatten)]
+        unit: UnitArgs,
+        /// The environment file holding secrets (API keys), mode 0600. Default: `kesoku.env`
+        /// beside the config file; created (with empty entries to fill in) when missing.
+        #[arg(long = "env-file", value_name = "PATH")]
+        env_file: Option<PathBuf>,
+        /// Run the service as this user (system units only; default: the invoking user).
+        #[arg(long)]
+        user: Option<String>,
+        /// Print the unit and the commands instead of writing or running anything.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Disable and stop the unit and remove its file (the environment file is kept).
+    Uninstall {
+        #[command(flatten)]
+        unit: UnitArgs,
+        /// Print the commands instead of running them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Start the installed unit.
+    Start(UnitArgs),
+    /// Stop the installed unit (running turns get `[service] shutdown_grace_s`).
+    Stop(UnitArgs),
+    /// Show the unit's state.
+    Status(UnitArgs),
+    /// Show the unit's log.
+    Logs {
+        #[command(flatten)]
+        unit: UnitArgs,
+        /// Keep printing new lines.
+        #[arg(short = 'f', long)]
+        follow: bool,
+        /// How many recent lines to show.
+        #[arg(short = 'n', long, default_value_t = 200)]
+        lines: u32,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 pub enum HistoryCommand {
     /// List sessions, newest first.
@@ -85,6 +149,11 @@ pub enum HistoryCommand {
         /// Print a self-contained HTML page.
         #[arg(long)]
         html: bool,
+    },
+    /// Undo the latest compaction of a session: the model sees the full turns again.
+    Uncompact {
+        /// Session id.
+        session: String,
     },
 }
 

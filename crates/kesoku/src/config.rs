@@ -31,6 +31,30 @@ struct ConfigFile {
     models: BTreeMap<String, Spanned<toml::Table>>,
     #[serde(default)]
     tools: ToolsConfig,
+    #[serde(default)]
+    http: Option<HttpSection>,
+    #[serde(default)]
+    service: ServiceSection,
+}
+
+/// `[service]`: how `kesoku start` runs.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceSection {
+    /// Seconds running turns get to finish after SIGTERM/SIGINT before they are stopped (their
+    /// messages go back to `pending_agent` and run again at the next start).
+    #[serde(default = "default_shutdown_grace_s")]
+    pub shutdown_grace_s: u64,
+}
+
+fn default_shutdown_grace_s() -> u64 {
+    10
+}
+
+impl Default for ServiceSection {
+    fn default() -> Self {
+        ServiceSection { shutdown_grace_s: default_shutdown_grace_s() }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -58,6 +82,17 @@ impl Default for WorkspaceSection {
     }
 }
 
+/// `[http]`: the HTTP API and web console, served by `kesoku start`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    /// Address to listen on, e.g. `127.0.0.1:8787`.
+    pub listen: String,
+    /// Environment variable holding the bearer token; required when `listen` is not loopback.
+    #[serde(default)]
+    pub token_env: Option<String>,
+}
+
 /// A `[models.NAME]` entry.
 #[derive(Debug, Clone)]
 pub enum ModelEntry {
@@ -75,6 +110,8 @@ pub struct Config {
     pub limits: LaneLimits,
     pub models: BTreeMap<String, ModelEntry>,
     pub tools: ToolsConfig,
+    pub service: ServiceSection,
+    pub http: Option<HttpSection>,
 }
 
 impl Config {
@@ -125,6 +162,16 @@ impl Config {
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             );
         }
+        if let Some(http) = &file.http
+            && http.listen.parse::<std::net::SocketAddr>().is_err()
+        {
+            bail!(
+                "{}:{}: [http] listen = \"{}\" is not an address: write IP:PORT, for example \"127.0.0.1:8787\"",
+                path.display(),
+                key_line(text, "http", "listen"),
+                http.listen
+            );
+        }
         if let Err(error) = file.tools.validate() {
             bail!("{}: [tools]: {error}", path.display());
         }
@@ -136,6 +183,8 @@ impl Config {
             limits: file.limits,
             models,
             tools: file.tools,
+            service: file.service,
+            http: file.http,
         })
     }
 

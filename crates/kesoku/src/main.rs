@@ -4,6 +4,7 @@
 mod cli;
 mod commands;
 mod config;
+mod control;
 mod wiring;
 
 use std::process::ExitCode;
@@ -30,8 +31,10 @@ fn main() -> ExitCode {
 }
 
 fn init_tracing(cli: &cli::Cli) {
+    // The service logs its life (start, recovery, shutdown) by default; commands stay quiet.
+    let quiet = if matches!(cli.command, cli::Command::Start(_)) { "info" } else { "warn" };
     let default = match cli.verbose {
-        0 => "warn",
+        0 => quiet,
         1 => "info,kesoku=debug",
         _ => "debug",
     };

@@ -1,139 +1,403 @@
-//! `kesoku chat`: one turn from the terminal, with plain output.
+//! `kesoku chat`: talk to the agent from the terminal.
 //!
-//! The command runs the whole system in-process: it posts the user's message through the
-//! gateway, runs the agent until that message's turn ends, and acts as the `cli` chatbot:
-//! it prints each step of the turn and marks it `delivered` (spec §4.3).
+//! With a prompt it runs one turn; without one it opens an interactive session (line editing,
+//! history in `<workspace>/chat_history`, the shared chat commands). Either way this process is
+//! the `cli` chatbot: it posts the user's messages through the gateway, renders each step of
+//! the turn as it is stored and marks it `delivered` (`kesoku_chatbots::cli`), and waits for
+//! the turn to end before prompting again. Ctrl-C during a turn stops the turn (a second one
+//! stops waiting); Ctrl-C at the prompt clears the line; Ctrl-D exits.
+//!
+//! Who runs the turns: when a `kesoku start` service runs for the workspace (it holds the
+//! service lock), this process is only its client — it posts, and hears the service's
+//! answers through the store watch; a running turn can then not be stopped from here (the
+//! stop signal is in-process), only messages still waiting can. Otherwise the agent runs in
+//! this process for as long as the command does (it also takes other sessions' waiting work,
+//! as any agent would; what it has not finished when the command exits goes back to
+//! `pending_agent`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use async_trait::async_trait;
 use chrono::Utc;
-use futures::StreamExt;
-use kesoku_broker::StopReason;
-use kesoku_core::{Attachment, Message, MessageFilter, MessageType, Session, SessionId, Status};
-use kesoku_gateway::{Gateway, ListenFrom};
+use kesoku_agent::Agent;
+use kesoku_chatbots::ChatbotError;
+use kesoku_chatbots::cli::{CLI_CHANNEL, CLI_CHATBOT, CLI_SENDER, CliChatbot, RenderMode, TurnOutcome};
+use kesoku_chatbots::commands::{self, CommandContext, CommandEffect, SessionControl, StopAck, TurnStop};
+use kesoku_core::{Attachment, Message, MessageFilter, Session, SessionId, Status};
+use kesoku_gateway::Gateway;
 use kesoku_store::SessionFilter;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use crate::cli::ChatArgs;
 use crate::config::Config;
 use crate::wiring;
 
-/// The CLI chatbot's ids and sender (spec §3.1).
-pub const CLI_CHATBOT: &str = "cli";
-pub const CLI_CHANNEL: &str = "cli";
-pub const CLI_SENDER: &str = "User";
+/// How long an in-process agent gets to finish other work when the command exits.
+const EXIT_GRACE: Duration = Duration::from_secs(2);
+/// The prompt of the interactive session.
+const PROMPT: &str = "you › ";
 
 pub async fn run(config: &Config, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let (handle, gateway) = wiring::open_gateway(config).await?;
-    let store = &handle.store;
     if args.list {
-        let filter = SessionFilter {
-            chatbot_id: Some(CLI_CHATBOT.into()),
-            channel_id: Some(CLI_CHANNEL.into()),
-            limit: Some(50),
-        };
-        for session in store.list_sessions(&filter).await? {
-            println!(
-                "{}  {}  {}",
-                session.id,
-                session.updated_at.format("%Y-%m-%d %H:%M"),
-                session.title.unwrap_or_default()
-            );
-        }
-        return Ok(ExitCode::SUCCESS);
+        return list_sessions(&gateway).await;
     }
     let prompt = args.prompt.join(" ");
-    if prompt.trim().is_empty() {
-        bail!("give a prompt, for example: kesoku chat \"What is 25 + 15?\"");
-    }
-    let models = wiring::build_models(config)?;
-    let agent = wiring::build_agent(config, &handle, gateway.clone(), models)?;
-    agent.recover().await.context("recovering unfinished work")?;
+    let backend = Backend::start(config, &handle, &gateway).await?;
+    let chatbot = CliChatbot::stdout(render_mode());
+    let mut session = choose_session(&gateway, args).await?;
+    let (interrupt_sender, mut interrupts) = tokio::sync::mpsc::unbounded_channel();
+    let forwarder = tokio::spawn(forward_ctrl_c(interrupt_sender));
 
-    let session = choose_session(&gateway, args).await?;
-    let mut message = Message::user_text(&session.id, CLI_CHATBOT, CLI_CHANNEL, CLI_SENDER, prompt);
-    if !args.attach.is_empty() {
-        message.metadata.attachments = Some(stage_attachments(config, &session.id, &args.attach)?);
-    }
-    let start_rev = store.current_rev().await?;
-    let root_id = message.id.clone();
-    gateway.post(&message).await?;
-
-    let shutdown = CancellationToken::new();
-    let runner = {
-        let agent = agent.clone();
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move { agent.run(shutdown, Duration::from_secs(2)).await })
-    };
-    let filter = MessageFilter::session(&session.id);
-    let mut events = Box::pin(gateway.listen(filter, ListenFrom::AfterRev(start_rev)));
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
-    let mut stopping = false;
-    let final_status = loop {
-        let event = tokio::select! {
-            _ = &mut ctrl_c, if !stopping => {
-                stopping = true;
-                eprintln!("stopping the turn…");
-                agent.stop_session(&session.id, StopReason::UserRequest).await?;
-                continue;
-            }
-            event = events.next() => event,
+    let result = if prompt.trim().is_empty() {
+        let mut repl = Repl {
+            config,
+            gateway: &gateway,
+            chatbot: &chatbot,
+            control: backend.control(&gateway),
+            interrupts: &mut interrupts,
+            attachments: args.attach.clone(),
         };
-        let Some(event) = event else { bail!("the message stream ended unexpectedly") };
-        let message = event?.message;
-        if message.id == root_id {
-            if matches!(message.status, Status::Processed | Status::Error | Status::Interrupted) {
-                break message.status;
-            }
-            continue;
-        }
-        deliver(&gateway, &message).await;
+        repl.run(&mut session, &backend).await
+    } else {
+        one_shot(config, &gateway, &chatbot, &backend, &session, &prompt, &args.attach, &mut interrupts).await
     };
-    shutdown.cancel();
-    let _ = runner.await;
-    Ok(match final_status {
-        Status::Processed => ExitCode::SUCCESS,
-        Status::Interrupted => ExitCode::from(130),
-        Status::PendingAgent
-        | Status::Processing
-        | Status::Error
-        | Status::Pending
-        | Status::Delivered
-        | Status::Responded => ExitCode::FAILURE,
+    forwarder.abort();
+    backend.stop().await;
+    result
+}
+
+/// Rich output on a terminal, plain text otherwise or when `NO_COLOR` is set (no-color.org).
+fn render_mode() -> RenderMode {
+    use std::io::IsTerminal;
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty());
+    let dumb = std::env::var("TERM").is_ok_and(|term| term == "dumb");
+    if std::io::stdout().is_terminal() && !no_color && !dumb { RenderMode::Rich } else { RenderMode::Plain }
+}
+
+/// Every Ctrl-C (SIGINT) becomes one message on the channel. At the prompt the line editor
+/// reads Ctrl-C as a key (raw mode), so only Ctrl-C during a turn arrives here.
+async fn forward_ctrl_c(sender: UnboundedSender<()>) {
+    while tokio::signal::ctrl_c().await.is_ok() {
+        if sender.send(()).is_err() {
+            return;
+        }
+    }
+}
+
+/// Who runs the turns.
+enum Backend {
+    /// The agent runs in this process.
+    InProcess { agent: Agent, shutdown: CancellationToken, runner: tokio::task::JoinHandle<()> },
+    /// A `kesoku start` service runs them; this process hears its changes through the store.
+    Client { pid: u32, shutdown: CancellationToken, watch: tokio::task::JoinHandle<()> },
+}
+
+impl Backend {
+    async fn start(config: &Config, handle: &kesoku_store::StoreHandle, gateway: &Gateway) -> anyhow::Result<Backend> {
+        if let Some(pid) = super::start::running_service(config) {
+            let shutdown = CancellationToken::new();
+            let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
+            return Ok(Backend::Client { pid, shutdown, watch });
+        }
+        let models = wiring::build_models(config)?;
+        let agent = wiring::build_agent(config, handle, gateway.clone(), models)?;
+        agent.recover().await.context("recovering unfinished work")?;
+        let shutdown = CancellationToken::new();
+        let runner = {
+            let agent = agent.clone();
+            let shutdown = shutdown.clone();
+            tokio::spawn(async move { agent.run(shutdown, EXIT_GRACE).await })
+        };
+        Ok(Backend::InProcess { agent, shutdown, runner })
+    }
+
+    fn control(&self, gateway: &Gateway) -> Box<dyn SessionControl> {
+        match self {
+            Backend::InProcess { agent, .. } => Box::new(crate::control::AgentHandle(agent.clone())),
+            Backend::Client { pid, .. } => Box::new(ClientControl { gateway: gateway.clone(), pid: *pid }),
+        }
+    }
+
+    fn banner(&self) -> Option<String> {
+        match self {
+            Backend::InProcess { .. } => None,
+            Backend::Client { pid, .. } => Some(format!("Connected to the running kesoku service (pid {pid}).")),
+        }
+    }
+
+    async fn stop(self) {
+        match self {
+            Backend::InProcess { shutdown, runner, .. } => {
+                shutdown.cancel();
+                let _ = runner.await;
+            }
+            Backend::Client { shutdown, watch, .. } => {
+                shutdown.cancel();
+                let _ = watch.await;
+            }
+        }
+    }
+}
+
+/// Stopping as a client of a running service: waiting messages can be interrupted through the
+/// store, the running turn cannot (the service hears stop signals only from its own process).
+struct ClientControl {
+    gateway: Gateway,
+    pid: u32,
+}
+
+#[async_trait]
+impl SessionControl for ClientControl {
+    async fn stop_session(&self, session_id: &SessionId) -> Result<StopAck, ChatbotError> {
+        let waiting = self
+            .gateway
+            .store()
+            .list_messages(&MessageFilter::session(session_id).with_statuses(&[Status::PendingAgent]))
+            .await?;
+        let mut interrupted_waiting = 0;
+        for message in waiting {
+            if self.gateway.claim(&message.id, Status::Interrupted, &[Status::PendingAgent], "cli").await?.is_some() {
+                interrupted_waiting += 1;
+            }
+        }
+        Ok(StopAck {
+            turn: TurnStop::Unreachable(format!(
+                "The turn runs in the kesoku service (pid {}), which this terminal cannot stop.",
+                self.pid
+            )),
+            interrupted_waiting,
+        })
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn one_shot(
+    config: &Config,
+    gateway: &Gateway,
+    chatbot: &CliChatbot,
+    backend: &Backend,
+    session: &Session,
+    prompt: &str,
+    attach: &[PathBuf],
+    interrupts: &mut UnboundedReceiver<()>,
+) -> anyhow::Result<ExitCode> {
+    if let Some(banner) = backend.banner() {
+        chatbot.hint(&banner)?;
+    }
+    chatbot.deliver_outstanding(gateway, &session.id).await?;
+    let mut message = Message::user_text(&session.id, CLI_CHATBOT, CLI_CHANNEL, CLI_SENDER, prompt);
+    if !attach.is_empty() {
+        message.metadata.attachments = Some(stage_attachments(config, &session.id, attach)?);
+    }
+    let after = gateway.store().current_rev().await?;
+    gateway.post(&message).await?;
+    let control = backend.control(gateway);
+    let outcome = chatbot.follow_turn(gateway, &session.id, &message.id, after, control.as_ref(), interrupts).await?;
+    Ok(match outcome {
+        TurnOutcome::Processed => ExitCode::SUCCESS,
+        TurnOutcome::Interrupted | TurnOutcome::Detached => ExitCode::from(130),
+        TurnOutcome::Failed | TurnOutcome::Requeued => ExitCode::FAILURE,
     })
 }
 
-/// Print a message of the turn and mark it delivered, as the CLI chatbot does.
-async fn deliver(gateway: &Gateway, message: &Message) {
-    if message.chatbot_id != CLI_CHATBOT || !matches!(message.status, Status::Pending | Status::Responded) {
-        return;
-    }
-    match (message.message_type, message.status) {
-        (MessageType::Thought, _) => println!("💭 {}\n", message.content.trim()),
-        (MessageType::ToolCall, _) => println!("🛠️ {}\n", message.content.trim()),
-        (MessageType::ToolResult, _) => {
-            let mark = if message.metadata.tool_error.is_some() { "❌" } else { "✅" };
-            println!("{mark} {}\n", message.content.trim());
+/// The interactive session.
+struct Repl<'a> {
+    config: &'a Config,
+    gateway: &'a Gateway,
+    chatbot: &'a CliChatbot,
+    control: Box<dyn SessionControl>,
+    interrupts: &'a mut UnboundedReceiver<()>,
+    /// Files for the first message.
+    attachments: Vec<PathBuf>,
+}
+
+impl Repl<'_> {
+    async fn run(&mut self, session: &mut Session, backend: &Backend) -> anyhow::Result<ExitCode> {
+        let history_path = self.config.workspace_dir.join("chat_history");
+        let mut reader = LineReader::spawn(history_path);
+        let resumed = self.gateway.store().list_messages(&MessageFilter::session(&session.id).with_limit(1)).await?;
+        self.chatbot.notice(&format!(
+            "Kesoku chat · session {} ({}) · /help for commands · Ctrl-C stops a turn · Ctrl-D exits",
+            session.id,
+            if resumed.is_empty() { "new" } else { "resumed" }
+        ))?;
+        if let Some(banner) = backend.banner() {
+            self.chatbot.hint(&banner)?;
         }
-        (MessageType::Text, Status::Pending) => {
-            println!("{}", message.content.trim());
-            if let Some(metrics) = &message.metadata.turn_metrics {
-                println!(
-                    "\n[turn {} · {} tool calls · {} tokens · {:.1}s]",
-                    metrics.session_turns, metrics.turn_tool_calls, metrics.turn_tokens, metrics.turn_time
-                );
+        if !self.attachments.is_empty() {
+            let names: Vec<String> = self.attachments.iter().map(|p| p.display().to_string()).collect();
+            self.chatbot.hint(&format!("Attached to your first message: {}", names.join(", ")))?;
+        }
+        loop {
+            self.chatbot.deliver_outstanding(self.gateway, &session.id).await?;
+            let line = match reader.read(PROMPT).await {
+                ReadLine::Line(line) => line,
+                ReadLine::Interrupted => continue,
+                ReadLine::Eof => break,
+                ReadLine::Failed(error) => bail!("reading the terminal failed: {error}"),
+            };
+            if line.trim().is_empty() {
+                continue;
+            }
+            let result = match commands::parse(&line) {
+                Some(command) => self.command(&command, session).await,
+                None => {
+                    let text = commands::message_text(&line).into_owned();
+                    self.turn(session, text).await
+                }
+            };
+            if let Err(error) = result {
+                self.chatbot.notice(&format!("error: {error:#}"))?;
             }
         }
-        // Hidden system messages (nudges) are not shown to the user.
-        (MessageType::Text, _) => {}
+        self.chatbot.hint("Bye.")?;
+        Ok(ExitCode::SUCCESS)
     }
-    if let Err(error) = gateway.update_status(&message.id, Status::Delivered).await {
-        tracing::debug!(%error, "marking a message delivered failed (another deliverer may have done it)");
+
+    /// Post one message and follow its turn.
+    async fn turn(&mut self, session: &Session, text: String) -> anyhow::Result<()> {
+        let mut message = Message::user_text(&session.id, CLI_CHATBOT, CLI_CHANNEL, CLI_SENDER, text);
+        if !self.attachments.is_empty() {
+            let attachments = std::mem::take(&mut self.attachments);
+            message.metadata.attachments = Some(stage_attachments(self.config, &session.id, &attachments)?);
+        }
+        self.forget_interrupts();
+        let after = self.gateway.store().current_rev().await?;
+        self.gateway.post(&message).await?;
+        self.follow(session, &message, after).await
     }
+
+    /// A Ctrl-C from before a turn (pressed while nothing ran) must not stop it: dropped
+    /// before the turn's message is posted, so none meant for the turn is lost.
+    fn forget_interrupts(&mut self) {
+        while self.interrupts.try_recv().is_ok() {}
+    }
+
+    async fn follow(&mut self, session: &Session, root: &Message, after: i64) -> anyhow::Result<()> {
+        self.chatbot
+            .follow_turn(self.gateway, &session.id, &root.id, after, self.control.as_ref(), self.interrupts)
+            .await?;
+        Ok(())
+    }
+
+    async fn command(&mut self, command: &commands::ChatCommand, session: &mut Session) -> anyhow::Result<()> {
+        self.forget_interrupts();
+        let after = self.gateway.store().current_rev().await?;
+        let context = CommandContext {
+            gateway: self.gateway,
+            control: self.control.as_ref(),
+            chatbot_id: CLI_CHATBOT,
+            channel_id: CLI_CHANNEL,
+            session_id: &session.id,
+        };
+        let reply = commands::execute(command, &context).await?;
+        self.chatbot.notice(&reply.text)?;
+        match reply.effect {
+            CommandEffect::SessionSwitched(new_session) => *session = new_session,
+            CommandEffect::CompactionRequested(trigger) => self.follow(session, &trigger, after).await?,
+            CommandEffect::None | CommandEffect::Stopped(_) => {}
+        }
+        Ok(())
+    }
+}
+
+/// What the line editor read.
+enum ReadLine {
+    Line(String),
+    /// Ctrl-C at the prompt.
+    Interrupted,
+    /// Ctrl-D on an empty line, or the end of input.
+    Eof,
+    Failed(String),
+}
+
+/// The line editor on a thread of its own (it blocks on the terminal), one line per request.
+struct LineReader {
+    requests: std::sync::mpsc::Sender<String>,
+    lines: UnboundedReceiver<ReadLine>,
+}
+
+impl LineReader {
+    fn spawn(history: PathBuf) -> LineReader {
+        let (requests, prompts) = std::sync::mpsc::channel::<String>();
+        let (sender, lines) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || edit_lines(&history, &prompts, &sender));
+        LineReader { requests, lines }
+    }
+
+    async fn read(&mut self, prompt: &str) -> ReadLine {
+        if self.requests.send(prompt.to_owned()).is_err() {
+            return ReadLine::Eof;
+        }
+        self.lines.recv().await.unwrap_or(ReadLine::Eof)
+    }
+}
+
+fn edit_lines(history: &Path, prompts: &std::sync::mpsc::Receiver<String>, lines: &UnboundedSender<ReadLine>) {
+    use rustyline::error::ReadlineError;
+    let config = rustyline::Config::builder()
+        .max_history_size(1000)
+        .map_or_else(|_| rustyline::Config::default(), |builder| builder.auto_add_history(false).build());
+    let mut editor = match rustyline::DefaultEditor::with_config(config) {
+        Ok(editor) => editor,
+        Err(error) => {
+            let _ = lines.send(ReadLine::Failed(error.to_string()));
+            return;
+        }
+    };
+    // A missing history file is the normal first run.
+    let _ = editor.load_history(history);
+    while let Ok(prompt) = prompts.recv() {
+        let read = match editor.readline(&prompt) {
+            Ok(line) => {
+                if !line.trim().is_empty() {
+                    let _ = editor.add_history_entry(line.as_str());
+                    if let Err(error) = editor.save_history(history) {
+                        tracing::debug!(%error, "saving the chat history failed");
+                    }
+                }
+                ReadLine::Line(line)
+            }
+            Err(ReadlineError::Interrupted) => ReadLine::Interrupted,
+            Err(ReadlineError::Eof) => ReadLine::Eof,
+            Err(error) => ReadLine::Failed(error.to_string()),
+        };
+        if lines.send(read).is_err() {
+            return;
+        }
+    }
+}
+
+async fn list_sessions(gateway: &Gateway) -> anyhow::Result<ExitCode> {
+    let store = gateway.store();
+    let active = store.active_session(CLI_CHATBOT, CLI_CHANNEL).await?;
+    let filter =
+        SessionFilter { chatbot_id: Some(CLI_CHATBOT.into()), channel_id: Some(CLI_CHANNEL.into()), limit: Some(50) };
+    let sessions = store.list_sessions(&filter).await?;
+    if sessions.is_empty() {
+        println!("no sessions yet: start one with `kesoku chat`");
+    }
+    for session in sessions {
+        let first = store
+            .list_messages(&MessageFilter::session(&session.id).with_roles(&[kesoku_core::Role::User]).with_limit(1))
+            .await?
+            .into_iter()
+            .next()
+            .map(|m| m.content.split_whitespace().collect::<Vec<_>>().join(" ").chars().take(60).collect::<String>());
+        println!(
+            "{} {}  {}  {}",
+            if active.as_ref() == Some(&session.id) { "*" } else { " " },
+            session.id,
+            session.updated_at.format("%Y-%m-%d %H:%M"),
+            session.title.or(first).unwrap_or_default()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn choose_session(gateway: &Gateway, args: &ChatArgs) -> anyhow::Result<Session> {
@@ -146,6 +410,7 @@ async fn choose_session(gateway: &Gateway, args: &ChatArgs) -> anyhow::Result<Se
         store.set_active_session(CLI_CHATBOT, CLI_CHANNEL, &id).await?;
         return Ok(session);
     }
+    // `-z` without an earlier session starts a new one, as a first run would.
     if args.resume
         && let Some(id) = store.active_session(CLI_CHATBOT, CLI_CHANNEL).await?
         && let Some(session) = store.get_session(&id).await?
@@ -159,11 +424,7 @@ async fn choose_session(gateway: &Gateway, args: &ChatArgs) -> anyhow::Result<Se
 }
 
 /// Copy files into the session's staging folder and describe them for the message metadata.
-fn stage_attachments(
-    config: &Config,
-    session_id: &SessionId,
-    paths: &[std::path::PathBuf],
-) -> anyhow::Result<Vec<Attachment>> {
+fn stage_attachments(config: &Config, session_id: &SessionId, paths: &[PathBuf]) -> anyhow::Result<Vec<Attachment>> {
     let dir = config.session_dir(session_id).join("attachments");
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut attachments = Vec::new();
@@ -186,7 +447,7 @@ fn stage_attachments(
     Ok(attachments)
 }
 
-fn unique_path(dir: &Path, filename: &str) -> std::path::PathBuf {
+fn unique_path(dir: &Path, filename: &str) -> PathBuf {
     let candidate = dir.join(filename);
     if !candidate.exists() {
         return candidate;

@@ -37,19 +37,40 @@ pub async fn run(config: &Config, command: HistoryCommand) -> anyhow::Result<Exi
         }
         HistoryCommand::Show { session, json, html } => {
             let id = SessionId::from(session.as_str());
-            let Some(_session) = store.get_session(&id).await? else {
+            let Some(found) = store.get_session(&id).await? else {
                 bail!("no session `{session}`: list them with `kesoku history list`");
             };
             let messages = store.session_history(&id).await?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&messages)?);
             } else if html {
-                bail!("--html is not available in this build");
+                println!("{}", kesoku_server::render_trajectory_html(&found, &messages));
             } else {
                 for message in &messages {
                     println!("{}", render_line(message));
                 }
             }
+        }
+        HistoryCommand::Uncompact { session } => {
+            let id = SessionId::from(session.as_str());
+            if store.get_session(&id).await?.is_none() {
+                bail!("no session `{session}`: list them with `kesoku history list`");
+            }
+            let messages = store.session_history(&id).await?;
+            let latest =
+                messages.iter().rev().find(|m| m.metadata.compaction_summary.as_ref().is_some_and(|s| !s.undone));
+            let Some(summary) = latest else {
+                println!("session {session} has no active compaction summary");
+                return Ok(ExitCode::SUCCESS);
+            };
+            let mut metadata = summary.metadata.clone();
+            let mut turns = 0;
+            if let Some(range) = metadata.compaction_summary.as_mut() {
+                range.undone = true;
+                turns = range.turns;
+            }
+            store.update_metadata(&summary.id, &metadata).await?;
+            println!("undid summary {}: the {turns} turns it replaced are shown to the model again", summary.id);
         }
     }
     Ok(ExitCode::SUCCESS)

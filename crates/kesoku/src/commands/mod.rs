@@ -5,6 +5,8 @@ mod history;
 mod init;
 mod ledger;
 mod models;
+mod service;
+mod start;
 
 use std::process::ExitCode;
 
@@ -15,6 +17,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Init(args) => init::run(&cli.config, &args).await,
         Command::Chat(args) => chat::run(&Config::load(&cli.config)?, &args).await,
+        Command::Start(args) => start::run(&Config::load(&cli.config)?, &args).await,
+        Command::Service(command) => service::run(&Config::load(&cli.config)?, command).await,
         Command::History(command) => history::run(&Config::load(&cli.config)?, command).await,
         Command::Ledger(args) => ledger::run(&Config::load(&cli.config)?, &args).await,
         Command::Models(command) => models::run(&Config::load(&cli.config)?, command).await,

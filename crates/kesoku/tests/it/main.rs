@@ -3,4 +3,6 @@
 #![allow(clippy::expect_used)]
 
 mod chat;
+mod repl;
+mod service;
 mod support;

@@ -1,0 +1,8 @@
+//! Chatbot behaviour over a real SQLite store: delivery, the shared commands, the CLI chatbot.
+
+#![allow(clippy::expect_used)]
+
+mod cli;
+mod commands;
+mod delivery;
+mod support;
