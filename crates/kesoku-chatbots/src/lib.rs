@@ -19,6 +19,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod cron;
 
 use std::pin::pin;
 

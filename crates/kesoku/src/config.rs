@@ -34,6 +34,8 @@ struct ConfigFile {
     #[serde(default)]
     http: Option<HttpSection>,
     #[serde(default)]
+    cron: Vec<kesoku_chatbots::cron::CronJobConfig>,
+    #[serde(default)]
     service: ServiceSection,
 }
 
@@ -112,6 +114,8 @@ pub struct Config {
     pub tools: ToolsConfig,
     pub service: ServiceSection,
     pub http: Option<HttpSection>,
+    /// `[[cron]]` jobs, checked.
+    pub cron: Vec<kesoku_chatbots::cron::CronJob>,
 }
 
 impl Config {
@@ -172,6 +176,8 @@ impl Config {
                 http.listen
             );
         }
+        let cron = kesoku_chatbots::cron::CronJob::parse_all(&file.cron)
+            .map_err(|error| anyhow::anyhow!("{}: [[cron]]: {error}", path.display()))?;
         if let Err(error) = file.tools.validate() {
             bail!("{}: [tools]: {error}", path.display());
         }
@@ -185,6 +191,7 @@ impl Config {
             tools: file.tools,
             service: file.service,
             http: file.http,
+            cron,
         })
     }
 

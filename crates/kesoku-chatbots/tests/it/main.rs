@@ -4,5 +4,6 @@
 
 mod cli;
 mod commands;
+mod cron;
 mod delivery;
 mod support;

@@ -135,6 +135,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
     // Chatbots: each enabled platform chatbot gets `kesoku_chatbots::run_delivery(gateway,
     // chatbot, shutdown)` here; none is configurable yet.
+    // Cron jobs post their trigger messages on schedule.
+    let cron = tokio::spawn(kesoku_chatbots::cron::run_cron(gateway.clone(), config.cron.clone(), shutdown.clone()));
     // HTTP when configured: the API, the console and the `api` chatbot's delivery.
     let http = match &config.http {
         Some(section) => Some(start_http(config, section, &handle, &gateway, &agent, &shutdown).await?),
@@ -146,6 +148,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
         inputs = "store (kesoku chat and other processes; pending work)",
         http = http.as_ref().map_or_else(|| "off".to_owned(), |h| h.addr.to_string()),
         chatbots = "none",
+        cron_jobs = config.cron.len(),
         shutdown_grace_s = grace.as_secs(),
         "kesoku service started"
     );
@@ -189,6 +192,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
         }
     }
     let _ = watch.await;
+    let _ = cron.await;
     if let Some(http) = http {
         let _ = http.task.await;
     }

@@ -119,3 +119,19 @@ async fn a_typo_in_the_config_names_the_key_the_file_and_the_line() {
     assert!(err.contains("queue_mod"), "{err}");
     assert!(err.contains("queue_mode"), "says what is expected: {err}");
 }
+
+#[tokio::test]
+async fn a_bad_cron_job_or_http_address_is_refused_with_the_file_named() {
+    let workspace = Workspace::with_config(
+        "[[cron]]\nname = \"nightly\"\nschedule = \"0 25 * * *\"\nprompt = \"x\"\nchannel = \"ops\"\n",
+    );
+    let output = workspace.run(&["history", "list"], &[]).await;
+    assert!(!output.status.success());
+    let err = stderr(&output);
+    assert!(err.contains("kesoku.toml") && err.contains("nightly") && err.contains("0 25 * * *"), "{err}");
+
+    let workspace = Workspace::with_config("[http]\nlisten = \"localhost\"\n");
+    let output = workspace.run(&["history", "list"], &[]).await;
+    let err = stderr(&output);
+    assert!(err.contains("kesoku.toml:2") && err.contains("IP:PORT"), "{err}");
+}

@@ -1,0 +1,205 @@
+//! The cron chatbot: scheduled prompts posted as the spec's Cronjob Trigger Messages.
+//!
+//! Each `[[cron]]` job posts, on its schedule, a user message with sender `Cronjob` and
+//! `metadata.is_cronjob` into the active session of its (chatbot, channel); the agent answers it
+//! on the responsive lane like any other message. What the seed system got wrong, done right:
+//! day-of-month and day-of-week combine with OR as in Vixie cron (unless the pattern asks for
+//! AND with `+`); a job's state is keyed by its name, read back from the store (the newest
+//! trigger message it posted), never by its position in the file; a run missed while the
+//! service was down is made up once at start (`catch_up`), not forgotten and not repeated.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use croner::Cron;
+use croner::parser::{CronParser, Seconds};
+use kesoku_core::{Message, MessageFilter, Role};
+use kesoku_gateway::Gateway;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Metadata key naming the job that posted a trigger message.
+pub const CRON_JOB_KEY: &str = "cron_job";
+/// Metadata key set on a trigger posted to make up a missed run.
+pub const CATCH_UP_KEY: &str = "cron_catch_up";
+
+/// One `[[cron]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CronJobConfig {
+    /// Unique name: the job's identity across restarts and edits of the file.
+    pub name: String,
+    /// Cron pattern: five fields (minute precision) or six (seconds first); `@daily` etc.
+    pub schedule: String,
+    /// The prompt the agent receives.
+    pub prompt: String,
+    /// Where the answer goes.
+    #[serde(default = "default_chatbot")]
+    pub chatbot: String,
+    pub channel: String,
+    /// IANA time zone of the schedule (`Asia/Singapore`); default UTC.
+    #[serde(default)]
+    pub timezone: Option<String>,
+    /// Make up one run missed while the service was down.
+    #[serde(default = "default_catch_up")]
+    pub catch_up: bool,
+}
+
+fn default_chatbot() -> String {
+    "api".to_owned()
+}
+
+fn default_catch_up() -> bool {
+    true
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CronError {
+    #[error("cron job `{job}`: schedule `{schedule}` is not a cron pattern: {reason}")]
+    Schedule { job: String, schedule: String, reason: String },
+    #[error("cron job `{job}`: `{timezone}` is not an IANA time zone (for example `Europe/Paris`)")]
+    Timezone { job: String, timezone: String },
+    #[error("cron job names must be unique and non-empty: `{0}`")]
+    Name(String),
+}
+
+/// A parsed job.
+#[derive(Debug, Clone)]
+pub struct CronJob {
+    pub config: CronJobConfig,
+    cron: Cron,
+    timezone: Tz,
+}
+
+impl CronJob {
+    pub fn parse(config: CronJobConfig) -> Result<CronJob, CronError> {
+        if config.name.trim().is_empty() {
+            return Err(CronError::Name(config.name));
+        }
+        let parser = CronParser::builder().seconds(Seconds::Optional).build();
+        let cron = parser.parse(&config.schedule).map_err(|error| CronError::Schedule {
+            job: config.name.clone(),
+            schedule: config.schedule.clone(),
+            reason: error.to_string(),
+        })?;
+        let timezone = match &config.timezone {
+            Some(name) => Tz::from_str(name)
+                .map_err(|_| CronError::Timezone { job: config.name.clone(), timezone: name.clone() })?,
+            None => Tz::UTC,
+        };
+        Ok(CronJob { config, cron, timezone })
+    }
+
+    /// Parse every job, refusing duplicate names.
+    pub fn parse_all(configs: &[CronJobConfig]) -> Result<Vec<CronJob>, CronError> {
+        let mut jobs: Vec<CronJob> = Vec::new();
+        for config in configs {
+            if jobs.iter().any(|job| job.config.name == config.name) {
+                return Err(CronError::Name(config.name.clone()));
+            }
+            jobs.push(CronJob::parse(config.clone())?);
+        }
+        Ok(jobs)
+    }
+
+    /// The first scheduled time strictly after `after`.
+    pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = after.with_timezone(&self.timezone);
+        self.cron.find_next_occurrence(&local, false).ok().map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The last scheduled time at or before `at`.
+    pub fn previous_at_or_before(&self, at: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let local = at.with_timezone(&self.timezone);
+        self.cron.find_previous_occurrence(&local, true).ok().map(|t| t.with_timezone(&Utc))
+    }
+
+    /// The Cronjob Trigger Message for a run scheduled at `scheduled`, in `session`.
+    pub fn trigger(&self, session_id: &kesoku_core::SessionId, scheduled: DateTime<Utc>, catch_up: bool) -> Message {
+        let local = scheduled.with_timezone(&self.timezone);
+        let content =
+            format!("`Cronjob` at `{} {}`:\n{}", local.format("%Y-%m-%d %H:%M:%S"), self.timezone, self.config.prompt);
+        let mut message = Message::cronjob_trigger(session_id, &self.config.chatbot, &self.config.channel, content);
+        message.metadata.extra.insert(CRON_JOB_KEY.to_owned(), Value::String(self.config.name.clone()));
+        if catch_up {
+            message.metadata.extra.insert(CATCH_UP_KEY.to_owned(), Value::Bool(true));
+        }
+        message
+    }
+}
+
+/// When `job` last posted, read back from the store.
+pub async fn last_fired(gateway: &Gateway, job: &CronJob) -> Result<Option<DateTime<Utc>>, kesoku_store::StoreError> {
+    let filter = MessageFilter::default()
+        .with_chatbot(&job.config.chatbot)
+        .with_channel(&job.config.channel)
+        .with_roles(&[Role::User]);
+    let messages = gateway.store().list_messages(&filter).await?;
+    Ok(messages
+        .iter()
+        .rev()
+        .find(|m| {
+            m.metadata.is_cronjob == Some(true)
+                && m.metadata.extra.get(CRON_JOB_KEY).and_then(Value::as_str) == Some(job.config.name.as_str())
+        })
+        .and_then(|m| m.created_at))
+}
+
+/// Post a job's trigger into the active session of its channel.
+async fn fire(gateway: &Gateway, job: &CronJob, scheduled: DateTime<Utc>, catch_up: bool) {
+    let session = match gateway.resolve_session(&job.config.chatbot, &job.config.channel).await {
+        Ok(session) => session,
+        Err(error) => {
+            tracing::error!(%error, job = %job.config.name, "cron: resolving the session failed; the run is skipped");
+            return;
+        }
+    };
+    let message = job.trigger(&session.id, scheduled, catch_up);
+    match gateway.post(&message).await {
+        Ok(_) => tracing::info!(job = %job.config.name, %scheduled, catch_up, "cron job fired"),
+        Err(error) => tracing::error!(%error, job = %job.config.name, "cron: posting the trigger failed"),
+    }
+}
+
+/// Run every job until `shutdown`. Each job keeps its own next time; a made-up run for a missed
+/// schedule is posted once at start.
+pub async fn run_cron(gateway: Gateway, jobs: Vec<CronJob>, shutdown: CancellationToken) {
+    if jobs.is_empty() {
+        return;
+    }
+    let now = Utc::now();
+    let mut next: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(jobs.len());
+    for job in &jobs {
+        let last = match last_fired(&gateway, job).await {
+            Ok(last) => last,
+            Err(error) => {
+                tracing::warn!(%error, job = %job.config.name, "cron: reading the last run failed; starting fresh");
+                None
+            }
+        };
+        if let (Some(last), true) = (last, job.config.catch_up)
+            && let Some(missed) = job.previous_at_or_before(now)
+            && missed > last
+        {
+            fire(&gateway, job, missed, true).await;
+        }
+        next.push(job.next_after(now));
+    }
+    loop {
+        let Some((index, when)) =
+            next.iter().enumerate().filter_map(|(i, t)| t.map(|t| (i, t))).min_by_key(|(_, t)| *t)
+        else {
+            return;
+        };
+        let wait = (when - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        fire(&gateway, &jobs[index], when, false).await;
+        next[index] = jobs[index].next_after(when);
+    }
+}

@@ -1,0 +1,108 @@
+//! Cron jobs post Cronjob Trigger Messages on schedule, keyed by name, catching up once.
+
+use std::time::Duration;
+
+use chrono::{TimeZone, Utc};
+use kesoku_chatbots::cron::{CATCH_UP_KEY, CRON_JOB_KEY, CronJob, CronJobConfig, run_cron};
+use kesoku_core::{Message, MessageFilter, Role, Status};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::fixture;
+
+fn job(name: &str, schedule: &str) -> CronJobConfig {
+    CronJobConfig {
+        name: name.into(),
+        schedule: schedule.into(),
+        prompt: "Run active diagnostics and output status summary.".into(),
+        chatbot: "cli".into(),
+        channel: "cli".into(),
+        timezone: None,
+        catch_up: true,
+    }
+}
+
+async fn triggers(gateway: &kesoku_gateway::Gateway) -> Vec<Message> {
+    let all = gateway.store().list_messages(&MessageFilter::default().with_roles(&[Role::User])).await.expect("list");
+    all.into_iter().filter(|m| m.metadata.is_cronjob == Some(true)).collect()
+}
+
+#[tokio::test]
+async fn a_job_posts_cronjob_trigger_messages_on_schedule() {
+    let f = fixture().await;
+    let jobs = CronJob::parse_all(&[job("diagnostics", "* * * * * *")]).expect("parse");
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run_cron(f.gateway.clone(), jobs, shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    shutdown.cancel();
+    task.await.expect("join");
+    let posted = triggers(&f.gateway).await;
+    assert!((2..=3).contains(&posted.len()), "one per second: {}", posted.len());
+    for message in &posted {
+        assert_eq!(
+            (message.role, message.sender.as_str(), message.status),
+            (Role::User, "Cronjob", Status::PendingAgent)
+        );
+        assert_eq!(message.session_id, f.session.id, "into the channel's active session");
+        assert!(message.content.starts_with("`Cronjob` at `"), "{}", message.content);
+        assert!(message.content.ends_with("Run active diagnostics and output status summary."));
+        assert_eq!(message.metadata.extra.get(CRON_JOB_KEY).and_then(|v| v.as_str()), Some("diagnostics"));
+        assert!(!message.metadata.extra.contains_key(CATCH_UP_KEY));
+    }
+}
+
+#[tokio::test]
+async fn a_run_missed_while_down_is_made_up_once() {
+    let f = fixture().await;
+    let daily = CronJob::parse(job("daily", "0 9 * * *")).expect("parse");
+    // It last ran three days ago: several runs were missed; exactly one is made up.
+    let mut earlier = daily.trigger(&f.session.id, Utc::now() - chrono::Duration::days(3), false);
+    earlier.created_at = Some(Utc::now() - chrono::Duration::days(3));
+    earlier.status = Status::Processed;
+    f.gateway.store().insert_message(&earlier).await.expect("insert");
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run_cron(f.gateway.clone(), vec![daily.clone()], shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shutdown.cancel();
+    task.await.expect("join");
+    let posted = triggers(&f.gateway).await;
+    assert_eq!(posted.len(), 2, "the old one and one make-up run");
+    assert_eq!(posted[1].metadata.extra.get(CATCH_UP_KEY), Some(&serde_json::Value::Bool(true)));
+
+    // A restart right after does not make it up again: the state is read back by job name.
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run_cron(f.gateway.clone(), vec![daily], shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    shutdown.cancel();
+    task.await.expect("join");
+    assert_eq!(triggers(&f.gateway).await.len(), 2);
+}
+
+#[test]
+fn day_of_month_and_day_of_week_combine_with_or_like_vixie_cron() {
+    // "the 13th, or any Friday": from Monday 2026-11-30 the next run is Friday 2026-12-04.
+    let job = CronJob::parse(job("either", "0 0 13 * 5")).expect("parse");
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 12, 0, 0).single().expect("time");
+    assert_eq!(job.next_after(monday), Utc.with_ymd_and_hms(2026, 12, 4, 0, 0, 0).single());
+}
+
+#[test]
+fn schedules_follow_their_time_zone() {
+    let mut config = job("morning", "0 9 * * *");
+    config.timezone = Some("Asia/Singapore".into());
+    let job = CronJob::parse(config).expect("parse");
+    let before = Utc.with_ymd_and_hms(2026, 12, 3, 0, 0, 0).single().expect("time");
+    // 09:00 in Singapore is 01:00 UTC.
+    assert_eq!(job.next_after(before), Utc.with_ymd_and_hms(2026, 12, 3, 1, 0, 0).single());
+}
+
+#[test]
+fn bad_jobs_are_clear_errors() {
+    let error = CronJob::parse(job("broken", "61 * * * *")).expect_err("bad minute").to_string();
+    assert!(error.contains("broken") && error.contains("61 * * * *"), "{error}");
+    let mut config = job("zoned", "@daily");
+    config.timezone = Some("Mars/Olympus".into());
+    let error = CronJob::parse(config).expect_err("bad zone").to_string();
+    assert!(error.contains("Mars/Olympus"), "{error}");
+    let error = CronJob::parse_all(&[job("twice", "@daily"), job("twice", "@hourly")]).expect_err("dup").to_string();
+    assert!(error.contains("twice"), "{error}");
+}
