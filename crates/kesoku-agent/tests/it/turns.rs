@@ -240,3 +240,20 @@ async fn a_message_for_a_missing_session_ends_in_error() {
     let ledger = h.ledger_for(&orphan.id).await;
     assert!(ledger[0].error.as_deref().is_some_and(|e| e.contains("missing session")), "{:?}", ledger[0].error);
 }
+
+#[tokio::test]
+async fn debug_mode_writes_each_model_call_to_the_session_folder() {
+    let options = Options {
+        config: kesoku_agent::AgentConfig { debug: true, ..kesoku_agent::AgentConfig::default() },
+        ..Options::default()
+    };
+    let h = Harness::start_with(vec![ScriptStep::text("logged answer")], options).await;
+    let user = h.post_user("log this").await;
+    assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
+    let log = std::fs::read_to_string(h.agent.session_dir(&h.session.id).join("model-log.jsonl")).expect("log");
+    let lines: Vec<serde_json::Value> = log.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["step"], 1);
+    assert!(lines[0]["request"].to_string().contains("log this"));
+    assert!(lines[0]["response"].to_string().contains("logged answer"));
+}

@@ -135,3 +135,21 @@ async fn a_bad_cron_job_or_http_address_is_refused_with_the_file_named() {
     let err = stderr(&output);
     assert!(err.contains("kesoku.toml:2") && err.contains("IP:PORT"), "{err}");
 }
+
+#[tokio::test]
+async fn models_check_reports_latency_and_usage_or_a_clear_auth_error() {
+    let server = MockServer::start(Vendor::OpenAi, vec![MockReply::text("pong")]).await;
+    let workspace = Workspace::with_config(&mock_model(&server.base_url()));
+    let output = workspace.run(&["models", "check", "mock"], &[KEY]).await;
+    let out = stdout(&output);
+    assert!(output.status.success(), "{}\n{out}", stderr(&output));
+    assert!(out.contains("mock: ok") && out.contains("usage:") && out.contains("pong"), "{out}");
+
+    let wrong = workspace.run(&["models", "check", "mock"], &[("KESOKU_TEST_MOCK_KEY", "sk-wrong-secret-value")]).await;
+    assert!(!wrong.status.success());
+    let err = format!("{}{}", stderr(&wrong), stdout(&wrong));
+    assert!(err.contains("KESOKU_TEST_MOCK_KEY"), "names the variable: {err}");
+    assert!(!err.contains("sk-wrong-secret-value"), "never the key: {err}");
+    let listed = workspace.run(&["models", "list"], &[]).await;
+    assert!(stdout(&listed).contains("mock-model"), "{}", stdout(&listed));
+}
