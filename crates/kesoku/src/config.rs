@@ -99,6 +99,8 @@ pub struct HttpSection {
 #[derive(Debug, Clone)]
 pub enum ModelEntry {
     Remote(ModelConfig),
+    /// `provider = "local"`: a GGUF file run in-process; `path` resolved against the config.
+    Local(kesoku_local::LocalModelConfig),
 }
 
 /// The loaded configuration, paths resolved.
@@ -151,7 +153,7 @@ impl Config {
         let mut models = BTreeMap::new();
         for (name, table) in file.models {
             let (line, _) = line_column(text, table.span().start);
-            let entry = parse_model(table.into_inner())
+            let entry = parse_model(base, table.into_inner())
                 .map_err(|reason| anyhow::anyhow!("{}:{line}: [models.{name}]: {reason}", path.display()))?;
             models.insert(name, entry);
         }
@@ -207,11 +209,11 @@ impl Config {
     }
 }
 
-fn parse_model(table: toml::Table) -> Result<ModelEntry, String> {
+fn parse_model(base: &Path, mut table: toml::Table) -> Result<ModelEntry, String> {
     let provider = table
         .get("provider")
         .and_then(toml::Value::as_str)
-        .ok_or_else(|| "missing `provider`: expected one of gemini, openai, anthropic".to_owned())?
+        .ok_or_else(|| "missing `provider`: expected one of gemini, openai, anthropic, local".to_owned())?
         .to_owned();
     match provider.as_str() {
         "gemini" | "openai" | "anthropic" => {
@@ -219,7 +221,17 @@ fn parse_model(table: toml::Table) -> Result<ModelEntry, String> {
                 toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_owned())?;
             Ok(ModelEntry::Remote(config))
         }
-        other => Err(format!("unknown provider `{other}`: expected one of gemini, openai, anthropic")),
+        "local" => {
+            table.remove("provider");
+            let mut config: kesoku_local::LocalModelConfig =
+                toml::Value::Table(table).try_into().map_err(|e: toml::de::Error| e.message().to_owned())?;
+            if config.path.is_relative() {
+                config.path = base.join(&config.path);
+            }
+            config.validate().map_err(|e| e.to_string())?;
+            Ok(ModelEntry::Local(config))
+        }
+        other => Err(format!("unknown provider `{other}`: expected one of gemini, openai, anthropic, local")),
     }
 }
 

@@ -30,8 +30,9 @@ pub async fn open_gateway(config: &Config) -> anyhow::Result<(StoreHandle, Gatew
     Ok((handle, gateway))
 }
 
-/// Build one configured model, reading its key from the environment.
-pub fn build_model(config: &Config, name: &str) -> anyhow::Result<Arc<dyn Model>> {
+/// Build one configured model, reading its key from the environment (remote) or loading its
+/// file (local; loaded once per process and shared).
+pub async fn build_model(config: &Config, name: &str) -> anyhow::Result<Arc<dyn Model>> {
     let Some(entry) = config.models.get(name) else {
         let known: Vec<&str> = config.models.keys().map(String::as_str).collect();
         bail!(
@@ -45,27 +46,80 @@ pub fn build_model(config: &Config, name: &str) -> anyhow::Result<Arc<dyn Model>
             kesoku_llm::build_model_with_lookup(name, model_config, |var| std::env::var(var).ok())
                 .map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))
         }
+        ModelEntry::Local(local) => {
+            if !local.path.exists() {
+                bail!(
+                    "model `{name}`: the model file {} is missing: fetch it with `kesoku models pull` (or `kesoku init`)",
+                    local.path.display()
+                );
+            }
+            let model = kesoku_local::LocalModel::load_shared(local)
+                .await
+                .map_err(|e| anyhow::anyhow!("model `{name}`: {e}"))?;
+            Ok(Arc::new(kesoku_local::LocalChatModel::new(name, model, kesoku_llm::Provider::Local)))
+        }
     }
 }
 
-/// The model that answers: `[agent] model`, or the only configured one.
-pub fn build_models(config: &Config) -> anyhow::Result<ModelSet> {
-    let name = match (&config.agent.model, config.models.len()) {
-        (Some(name), _) => name.clone(),
-        (None, 1) => config.models.keys().next().cloned().unwrap_or_default(),
-        (None, 0) => bail!(
+fn is_local(config: &Config, name: &str) -> bool {
+    matches!(config.models.get(name), Some(ModelEntry::Local(_)))
+}
+
+/// The model that answers: `[agent] model`; else the only configured one; else the only remote
+/// one. A remote model whose key is missing falls back to a configured local model, saying so in
+/// one line on stderr.
+pub async fn build_models(config: &Config) -> anyhow::Result<ModelSet> {
+    let remote: Vec<&String> = config.models.keys().filter(|name| !is_local(config, name)).collect();
+    let local = config.models.keys().find(|name| is_local(config, name)).cloned();
+    let name = match (&config.agent.model, config.models.len(), remote.len()) {
+        (Some(name), _, _) => name.clone(),
+        (None, 1, _) => config.models.keys().next().cloned().unwrap_or_default(),
+        (None, _, 1) => remote[0].clone(),
+        (None, 0, _) => bail!(
             "no model is configured: add a [models.NAME] section to {} (commented examples are in the file), \
              for example provider = \"openai\", model = \"gpt-4.1-mini\", api_key_env = \"OPENAI_API_KEY\", \
-             then export that variable",
+             then export that variable; or run `kesoku init` to set up the local model",
             config.path.display()
         ),
-        (None, _) => bail!(
+        (None, _, _) => bail!(
             "several models are configured in {}: choose one with [agent] model = \"NAME\"",
             config.path.display()
         ),
     };
-    let model = build_model(config, &name)?;
-    Ok(ModelSet::single(model))
+    let model = match build_model(config, &name).await {
+        Ok(model) => model,
+        Err(error) if !is_local(config, &name) && local.is_some() && is_missing_key(config, &name) => {
+            let local_name = local.clone().unwrap_or_default();
+            let model = build_model(config, &local_name).await.map_err(|local_error| {
+                anyhow::anyhow!("{error:#}\n(and the local fallback failed too: {local_error:#})")
+            })?;
+            eprintln!("note: using the local model `{local_name}`: {error:#}");
+            model
+        }
+        Err(error) => return Err(error),
+    };
+    if local.as_deref() == Some(name.as_str()) && config.models.len() == 1 {
+        eprintln!(
+            "note: answering with the local model `{name}` (no API key needed; add a [models.NAME] entry for a hosted model)"
+        );
+    }
+    let mut models = vec![Arc::clone(&model)];
+    if let Some(summarizer) = &config.agent.compaction.model
+        && *summarizer != model.name()
+    {
+        models.push(build_model(config, summarizer).await?);
+    }
+    ModelSet::new(models, model.name()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Whether model `name` fails only because its API key is not in the environment.
+fn is_missing_key(config: &Config, name: &str) -> bool {
+    match config.models.get(name) {
+        Some(ModelEntry::Remote(model)) => {
+            kesoku_llm::resolve_api_key(name, model, |var| std::env::var(var).ok()).is_err()
+        }
+        Some(ModelEntry::Local(_)) | None => false,
+    }
 }
 
 /// The agent runtime over `handle` and `gateway`.

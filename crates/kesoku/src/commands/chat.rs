@@ -104,7 +104,7 @@ impl Backend {
             let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
             return Ok(Backend::Client { pid, shutdown, watch });
         }
-        let models = wiring::build_models(config)?;
+        let models = wiring::build_models(config).await?;
         let agent = wiring::build_agent(config, handle, gateway.clone(), models)?;
         agent.recover().await.context("recovering unfinished work")?;
         let shutdown = CancellationToken::new();

@@ -26,6 +26,30 @@ pub async fn run(path: &Path, args: &InitArgs) -> anyhow::Result<ExitCode> {
     if handle.store.current_rev().await.is_err() {
         bail!("the store at {} is not readable", config.database_url);
     }
+    if !args.no_model {
+        for (name, entry) in &config.models {
+            let crate::config::ModelEntry::Local(local) = entry else { continue };
+            if local.path.exists() {
+                continue;
+            }
+            let file = local.path.file_name().and_then(|f| f.to_str()).unwrap_or_default();
+            if file != kesoku_local::DEFAULT_MODEL_FILE {
+                println!(
+                    "model `{name}`: {} is missing; fetch it with `kesoku models pull SOURCE --dir DIR`",
+                    local.path.display()
+                );
+                continue;
+            }
+            let dir = local.path.parent().unwrap_or(Path::new("."));
+            println!(
+                "fetching the local model `{name}` ({}) into {}…",
+                kesoku_local::DEFAULT_MODEL_SOURCE,
+                dir.display()
+            );
+            let pulled = super::models::pull_into(kesoku_local::DEFAULT_MODEL_SOURCE, dir).await?;
+            println!("model ready: {}", pulled.display());
+        }
+    }
     println!("workspace ready: {}", config.workspace_dir.display());
     println!("store ready: {}", config.database_url);
     Ok(ExitCode::SUCCESS)

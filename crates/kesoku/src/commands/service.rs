@@ -138,6 +138,7 @@ fn secret_variables(config: &Config) -> Vec<String> {
         .values()
         .filter_map(|entry| match entry {
             ModelEntry::Remote(model) => model.effective_api_key_env(),
+            ModelEntry::Local(_) => None,
         })
         .collect();
     names.sort();

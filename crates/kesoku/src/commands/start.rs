@@ -107,7 +107,7 @@ pub fn running_service(config: &Config) -> Option<u32> {
 }
 
 pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode> {
-    let models = wiring::build_models(config).context("cannot start the service")?;
+    let models = wiring::build_models(config).await.context("cannot start the service")?;
     let _lock = ServiceLock::acquire(config)?;
     let grace = Duration::from_secs(config.service.shutdown_grace_s);
     // Listen before anything runs, so a signal during start-up is not the default "die now".
