@@ -615,7 +615,23 @@ impl Agent {
         let history = self.compact_if_needed(&context, &root, history).await?;
         let staging_dir = self.session_dir(&root.session_id);
         let now = Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string();
-        let entries = vec![entries::activation_context_entry(&context, &now)];
+        let mut entries = vec![entries::activation_context_entry(&context, &now)];
+        if root.metadata.is_cronjob == Some(true) {
+            // A scheduled prompt: tell the model which job fired and when.
+            let trigger = kesoku_core::activation::TriggerContext {
+                name: root
+                    .metadata
+                    .extra
+                    .get("cron_job")
+                    .and_then(serde_json::Value::as_str)
+                    .unwrap_or("scheduled job")
+                    .to_owned(),
+                source: "cron".to_owned(),
+                schedule: None,
+                fired_at: root.created_at.unwrap_or_else(Utc::now),
+            };
+            entries.push(entries::trigger_context_entry(&root.session_id, &trigger, &root.content));
+        }
         let log_dir = staging_dir.clone();
         let model_log = move |step: u32, request: &Request, response: Result<&Response, &LlmError>| {
             write_model_log(&log_dir, step, request, response);

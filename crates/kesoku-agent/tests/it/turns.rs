@@ -257,3 +257,24 @@ async fn debug_mode_writes_each_model_call_to_the_session_folder() {
     assert!(lines[0]["request"].to_string().contains("log this"));
     assert!(lines[0]["response"].to_string().contains("logged answer"));
 }
+
+#[tokio::test]
+async fn a_cron_trigger_gets_a_trigger_context_entry_and_the_responsive_lane() {
+    let h = Harness::start(vec![ScriptStep::text("Diagnostics completed successfully.")]).await;
+    let mut cron = kesoku_core::Message::cronjob_trigger(
+        &h.session.id,
+        "discord",
+        "1234567890123",
+        "`Cronjob` at `2026-05-27 21:00:00 CST`:\nRun active diagnostics and output status summary.",
+    );
+    cron.metadata.extra.insert("cron_job".into(), json!("diagnostics"));
+    h.gateway.post(&cron).await.expect("post");
+    assert_eq!(h.wait_terminal(&cron.id).await, Status::Processed);
+    let request = format!("{:?}", h.model.requests()[0].turns);
+    assert!(
+        request.contains("[Trigger context]") && request.contains("workflow: diagnostics (source: cron)"),
+        "{request}"
+    );
+    let ledger = h.ledger_for(&cron.id).await;
+    assert_eq!((ledger[0].lane, ledger[0].triggered_by.as_str()), (kesoku_core::Lane::Responsive, "cron"));
+}
