@@ -469,7 +469,15 @@ impl Agent {
         if let Err(error) = ledger.record_started(&activation.id, Utc::now()).await {
             tracing::error!(%error, "recording an activation start failed");
         }
+        let max_depth = self.inner.deps.config.max_depth;
         let (outcome, error, usage) = match &activation.payload {
+            // Depth is a guardrail in the contract, not in the prompt: a chain of agents that went
+            // too deep stops here, before any model call.
+            _ if activation.depth > max_depth => (
+                Outcome::LimitExceeded,
+                Some(format!("depth limit of {max_depth} (this activation is at depth {})", activation.depth)),
+                Usage::default(),
+            ),
             ActivationPayload::Message { message_id } => self.run_message(activation, message_id).await,
             ActivationPayload::Workflow { .. }
             | ActivationPayload::FollowUp { .. }
@@ -512,6 +520,21 @@ impl Agent {
         let Some(message) = store.get_message(message_id).await? else {
             return Ok((Outcome::Failed, Some(format!("message `{message_id}` does not exist")), Usage::default()));
         };
+        // Access check at load time: the referenced message must belong to the activation's
+        // session and reply routing, whatever the queue payload claims.
+        if message.session_id != activation.session_id
+            || message.chatbot_id != activation.chatbot_id
+            || message.channel_id != activation.channel_id
+        {
+            return Ok((
+                Outcome::Failed,
+                Some(format!(
+                    "access denied: message `{message_id}` belongs to session `{}` ({}:{}), not this activation's",
+                    message.session_id, message.chatbot_id, message.channel_id
+                )),
+                Usage::default(),
+            ));
+        }
         let mode = self.inner.deps.config.queue_mode_for(&message.chatbot_id, &message.channel_id);
         if is_human(&message) && mode == QueueMode::Interrupt && self.has_newer_waiting(&message).await? {
             // Superseded before it started: the newer message's turn will see it in history.

@@ -278,3 +278,55 @@ async fn a_cron_trigger_gets_a_trigger_context_entry_and_the_responsive_lane() {
     let ledger = h.ledger_for(&cron.id).await;
     assert_eq!((ledger[0].lane, ledger[0].triggered_by.as_str()), (kesoku_core::Lane::Responsive, "cron"));
 }
+
+#[tokio::test]
+async fn activations_are_checked_at_load_time_for_access_and_depth() {
+    let h = Harness::start(vec![]).await;
+    // A message of another session, referenced by an activation claiming this one.
+    let other = kesoku_core::Message::user_text(
+        &kesoku_core::SessionId::from("sess_other"),
+        "discord",
+        "elsewhere",
+        "Eve",
+        "secret",
+    );
+    h.handle
+        .store
+        .insert_message(&{
+            let mut m = other.clone();
+            m.status = Status::Responded;
+            m
+        })
+        .await
+        .expect("insert");
+    let forged = kesoku_core::Activation {
+        id: kesoku_core::ActivationId::generate(),
+        session_id: h.session.id.clone(),
+        chatbot_id: "discord".into(),
+        channel_id: "1234567890123".into(),
+        triggered_by: "Mallory".into(),
+        delegation_user: None,
+        depth: 0,
+        lane: kesoku_core::Lane::Interactive,
+        expected_response: Default::default(),
+        locale: None,
+        timezone: None,
+        created_at: chrono::Utc::now(),
+        payload: kesoku_core::ActivationPayload::Message { message_id: other.id.clone() },
+    };
+    h.handle.ledger.record_enqueued(&kesoku_core::LedgerEntry::enqueued(&forged)).await.expect("ledger");
+    h.agent.run_activation(&forged).await;
+    let row = h.handle.ledger.get_activation(&forged.id).await.expect("get").expect("row");
+    assert_eq!(row.outcome, Some(Outcome::Failed));
+    assert!(row.error.as_deref().is_some_and(|e| e.starts_with("access denied")), "{:?}", row.error);
+
+    let mut deep = forged.clone();
+    deep.id = kesoku_core::ActivationId::generate();
+    deep.depth = 9;
+    h.handle.ledger.record_enqueued(&kesoku_core::LedgerEntry::enqueued(&deep)).await.expect("ledger");
+    h.agent.run_activation(&deep).await;
+    let row = h.handle.ledger.get_activation(&deep.id).await.expect("get").expect("row");
+    assert_eq!(row.outcome, Some(Outcome::LimitExceeded));
+    assert!(row.error.as_deref().is_some_and(|e| e.contains("depth limit of 4")), "{:?}", row.error);
+    assert!(h.model.requests().is_empty(), "the model never saw either");
+}
