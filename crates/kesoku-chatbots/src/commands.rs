@@ -339,7 +339,8 @@ async fn sessions(context: &CommandContext<'_>) -> Result<CommandReply, ChatbotE
     Ok(CommandReply::text(lines.join("\n")))
 }
 
-fn one_line(text: &str, max: usize) -> String {
+/// `text` on one line, cut to `max` characters with an ellipsis.
+pub fn one_line(text: &str, max: usize) -> String {
     let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
     if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
 }

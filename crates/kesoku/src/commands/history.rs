@@ -22,8 +22,10 @@ pub async fn run(config: &Config, command: HistoryCommand) -> anyhow::Result<Exi
             }
             for session in sessions {
                 let messages = store.list_messages(&kesoku_core::MessageFilter::session(&session.id)).await?;
-                let first =
-                    messages.iter().find(|m| m.role == kesoku_core::Role::User).map(|m| one_line(&m.content, 60));
+                let first = messages
+                    .iter()
+                    .find(|m| m.role == kesoku_core::Role::User)
+                    .map(|m| kesoku_chatbots::commands::one_line(&m.content, 60));
                 println!(
                     "{}  {}  {}:{}  {} messages  {}",
                     session.id,
@@ -74,11 +76,6 @@ pub async fn run(config: &Config, command: HistoryCommand) -> anyhow::Result<Exi
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > max { format!("{}…", flat.chars().take(max).collect::<String>()) } else { flat }
 }
 
 /// A plain, one-message-per-block rendering of the trajectory.
