@@ -27,6 +27,11 @@ pub(crate) struct StoredMessage {
 /// and row id.
 pub(crate) trait BackendRow {
     fn opt_text(&self, column: &'static str) -> Result<Option<String>, String>;
+    /// Like [`BackendRow::opt_text`], borrowed when the backend can (for values that are parsed
+    /// rather than kept: enum names, times).
+    fn opt_str(&self, column: &'static str) -> Result<Option<std::borrow::Cow<'_, str>>, String> {
+        self.opt_text(column).map(|text| text.map(std::borrow::Cow::Owned))
+    }
     fn opt_int(&self, column: &'static str) -> Result<Option<i64>, String>;
     fn opt_time(&self, column: &'static str) -> Result<Option<DateTime<Utc>>, String>;
     fn opt_json(&self, column: &'static str) -> Result<Option<Value>, String>;
@@ -91,7 +96,8 @@ impl<'r, R: BackendRow> Cells<'r, R> {
 
     /// A column holding one of an enum's wire names.
     pub fn parse<T: FromStr<Err = UnknownValue>>(&self, column: &'static str) -> StoreResult<T> {
-        let text = self.text(column)?;
+        let text = self.cell(column, self.row.opt_str(column))?;
+        let text = self.required(column, text)?;
         text.parse().map_err(|error: UnknownValue| self.corrupt(format!("column `{column}`: {error}")))
     }
 
@@ -111,6 +117,9 @@ impl<'r, R: BackendRow> Cells<'r, R> {
         let Some(value) = self.cell("metadata", self.row.opt_json("metadata"))? else {
             return Ok(Metadata::default());
         };
+        if value.as_object().is_some_and(serde_json::Map::is_empty) {
+            return Ok(Metadata::default());
+        }
         let excerpt = excerpt(&value.to_string());
         Metadata::from_value(value).map_err(|error| {
             self.corrupt(format!("column `metadata` does not fit kesoku metadata ({error}): `{excerpt}`"))

@@ -47,6 +47,11 @@ pub enum StoreError {
     /// The database failed (connection, I/O, disk full, …).
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+
+    /// The SQLite database failed (I/O, disk full, locked by another process past the busy
+    /// timeout, the store was closed, …).
+    #[error("sqlite error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
 }
 
 impl StoreError {
@@ -56,6 +61,10 @@ impl StoreError {
             StoreError::Database(error) => matches!(
                 error,
                 sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed
+            ),
+            StoreError::Sqlite(error) => matches!(
+                error.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
             ),
             StoreError::Contention { .. } => true,
             StoreError::BadUrl { .. }

@@ -34,6 +34,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         description: "activations ledger",
         sql: include_str!("../migrations/sqlite/0002_activations.sql"),
     },
+    Migration {
+        version: 3,
+        description: "phased order index",
+        sql: include_str!("../migrations/sqlite/0003_phased_order.sql"),
+    },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -47,10 +52,15 @@ pub(crate) const POSTGRES: &[Migration] = &[
         description: "activations ledger",
         sql: include_str!("../migrations/postgres/0002_activations.sql"),
     },
+    Migration {
+        version: 3,
+        description: "phased order index",
+        sql: include_str!("../migrations/postgres/0003_phased_order.sql"),
+    },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 2;
+pub const SCHEMA_VERSION: i64 = 3;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

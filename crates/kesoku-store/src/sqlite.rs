@@ -1,25 +1,34 @@
 //! The SQLite backend: one file in WAL mode, the embedded default.
 //!
-//! Writes go through a pool of exactly one connection, so our own writers never meet
-//! `SQLITE_BUSY`; another process writing the same file waits for the lock (busy timeout).
-//! A write is either one statement or a transaction opened with `BEGIN IMMEDIATE`; both take
-//! the write lock before reading anything, so what they read is the newest state. Reads use a
-//! small pool of read-only connections, which WAL lets run beside the writer.
+//! **Writes: one writer thread with group commit.** Every write is a job sent to a thread that
+//! owns the only read-write connection. The thread takes every job waiting in its inbox (up to
+//! [`MAX_BATCH`]), runs them in one `BEGIN IMMEDIATE` transaction, each inside a savepoint of
+//! its own (a job that fails is rolled back alone and gets its error), commits once, and only
+//! then answers each caller. Many small concurrent writes thus cost one commit, and no writer
+//! of ours ever meets `SQLITE_BUSY`; another process writing the same file waits for the lock
+//! (busy timeout).
 //!
-//! Because writes are serialised, a revision is simply `MAX(rev) + 1` read by the writing
-//! statement itself: revisions are handed out in commit order, which is what lets
-//! [`Store::changes_since`] readers never skip a change.
+//! **Durability.** A write is acknowledged only after the commit that holds it returned. With
+//! `journal_mode = WAL` and `synchronous = NORMAL`, that commit is in the WAL file: it survives
+//! the process being killed at any point; an operating-system crash or power cut may lose the
+//! last commits before the next checkpoint (never corrupting the file). A failed commit fails
+//! every job of its batch; none of them is visible.
 //!
-//! Status changes read the row first (on a reader, so a corrupt row is refused before anything
-//! is written), then apply a compare-and-set `UPDATE … WHERE status = <what was read>`, retried
-//! when a concurrent change got there first.
+//! **Revisions.** Writes are serialised, so a revision is `MAX(rev) + 1` read by the writing
+//! statement itself, inside the write lock: revisions are handed out in commit order (across
+//! processes too), which is what lets [`Store::changes_since`] readers never skip a change.
+//!
+//! **Reads** run on a few reader threads, each with a read-only connection, which WAL lets run
+//! beside the writer. An in-memory store has a single connection, so its reads go to the
+//! writer. Status changes and claims read the row inside their write job (a corrupt row is
+//! refused before anything is written, and no compare-and-set retry is ever needed).
 //!
 //! Opening never changes a file that is not ours: the file is inspected first (read only, no
 //! journal-mode change), and only an empty database or a Kesoku store is migrated.
 
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -27,16 +36,12 @@ use chrono::{DateTime, Utc};
 use kesoku_core::{
     ActivationId, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Session, SessionId, Status, Usage,
 };
-use sqlx::sqlite::{
-    SqliteArguments, SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
-};
-use sqlx::{AssertSqlSafe, Row, Sqlite, Transaction};
+use rusqlite::types::{Value as SqlValue, ValueRef};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params, params_from_iter};
+use tokio::sync::oneshot;
 
 use crate::clock::{Clock, truncate};
-use crate::common::{
-    CAS_ATTEMPTS, OpenMode, check_claim, event, insert_error, not_found, session_reference_error, stamp,
-};
+use crate::common::{OpenMode, check_claim, event, first_repeated_id, not_found, stamp};
 use crate::decode::{self, BackendRow, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
@@ -45,28 +50,86 @@ use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
 
 /// The revision of a change made by one statement (which holds the write lock while reading it).
 const NEXT_REV: &str = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM messages)";
-/// Read-only connections beside the writer.
-const READERS: u32 = 4;
+/// Reader threads (each with a read-only connection) beside the writer.
+const READERS: usize = 2;
+/// Most jobs committed together.
+const MAX_BATCH: usize = 512;
 /// How long a statement waits for another process's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// SQLite's "file is not a database" and "database disk image is malformed" result codes.
-const SQLITE_NOTADB: &str = "26";
-const SQLITE_CORRUPT: &str = "11";
-const SQLITE_CANTOPEN: &str = "14";
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 128;
 
-/// A store in one SQLite file (or in memory). Clones share the pools.
-#[derive(Clone)]
-pub struct SqliteStore {
-    writer: SqlitePool,
-    reader: SqlitePool,
-    clock: Clock,
+/// Columns of the row lists below, in the order of the `*_COLUMNS` lists of [`crate::sql`].
+const MESSAGE_NAMES: &[&str] = &[
+    "id",
+    "session_id",
+    "parent_id",
+    "chatbot_id",
+    "channel_id",
+    "sender",
+    "role",
+    "type",
+    "content",
+    "status",
+    "metadata",
+    "step",
+    "created_at",
+    "updated_at",
+    "rev",
+    "created_rev",
+];
+const SESSION_NAMES: &[&str] = &["id", "chatbot_id", "channel_id", "title", "created_at", "updated_at"];
+const LEDGER_NAMES: &[&str] = &[
+    "id",
+    "kind",
+    "lane",
+    "session_id",
+    "message_id",
+    "triggered_by",
+    "delegation_user",
+    "depth",
+    "enqueued_at",
+    "started_at",
+    "finished_at",
+    "outcome",
+    "error",
+    "model_calls",
+    "tool_calls",
+    "input_tokens",
+    "output_tokens",
+];
+const CLAIM_NAMES: &[&str] = &["id", "status", "claimed_by", "claimed_at"];
+
+/// What a write job hands back once it ran: called with the batch's commit error, if any.
+type Completion = Box<dyn FnOnce(Option<&rusqlite::Error>) + Send>;
+type WriteJob = Box<dyn FnOnce(&Connection) -> Completion + Send>;
+type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
+
+enum Inbox<J> {
+    Job(J),
+    /// Finish what is queued before this, close the connection, then say so.
+    Close(std::sync::mpsc::Sender<()>),
+}
+
+/// The threads and the way to reach them. Dropping the last handle ends them.
+struct Engine {
+    writes: Sender<Inbox<WriteJob>>,
+    /// `None` for an in-memory store: its reads go to the writer.
+    reads: Option<Sender<Inbox<ReadJob>>>,
     /// The file path (or `:memory:`), for errors and logs.
     location: Arc<str>,
 }
 
+/// A store in one SQLite file (or in memory). Clones share the connections.
+#[derive(Clone)]
+pub struct SqliteStore {
+    engine: Arc<Engine>,
+    clock: Clock,
+}
+
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore").field("location", &self.location).finish_non_exhaustive()
+        f.debug_struct("SqliteStore").field("location", &self.engine.location).finish_non_exhaustive()
     }
 }
 
@@ -82,21 +145,22 @@ impl SqliteStore {
         Self::open_file(path.as_ref(), OpenMode::MustExist).await
     }
 
-    /// A private in-memory store (one connection: every pooled connection would otherwise see
-    /// its own empty database). Gone when the store is dropped.
+    /// A private in-memory store (one connection, shared by reads and writes). Gone when the
+    /// store is dropped.
     pub async fn open_in_memory() -> StoreResult<Self> {
-        let options = SqliteConnectOptions::from_str("sqlite::memory:")?.busy_timeout(BUSY_TIMEOUT);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(options)
-            .await?;
-        let store =
-            SqliteStore { writer: pool.clone(), reader: pool, clock: Clock::system(), location: Arc::from(":memory:") };
-        store.migrate().await?;
-        Ok(store)
+        let clock = Clock::system();
+        let now = clock.now();
+        let conn = tokio::task::spawn_blocking(move || -> StoreResult<Connection> {
+            let conn = Connection::open_in_memory()?;
+            configure(&conn, true)?;
+            migrate_blocking(&conn, ":memory:", now)?;
+            Ok(conn)
+        })
+        .await
+        .map_err(|error| closed(&format!("opening the in-memory store failed: {error}")))??;
+        let location: Arc<str> = Arc::from(":memory:");
+        let writes = start_writer(conn, &location);
+        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: None, location }), clock })
     }
 
     /// Use `clock` for every timestamp this store writes and for orphan ages.
@@ -105,10 +169,28 @@ impl SqliteStore {
         self
     }
 
-    /// Close both pools (waits for connections in use to come back).
+    /// Close the connections: jobs queued before this finish first; later calls on any clone
+    /// fail.
     pub async fn close(&self) {
-        self.reader.close().await;
-        self.writer.close().await;
+        let mut waits = Vec::new();
+        let (done, wait) = std::sync::mpsc::channel();
+        if self.engine.writes.send(Inbox::Close(done)).is_ok() {
+            waits.push(wait);
+        }
+        if let Some(reads) = &self.engine.reads {
+            for _ in 0..READERS {
+                let (done, wait) = std::sync::mpsc::channel();
+                if reads.send(Inbox::Close(done)).is_ok() {
+                    waits.push(wait);
+                }
+            }
+        }
+        let _ = tokio::task::spawn_blocking(move || {
+            for wait in waits {
+                let _ = wait.recv();
+            }
+        })
+        .await;
     }
 
     async fn open_file(path: &Path, mode: OpenMode) -> StoreResult<Self> {
@@ -121,142 +203,56 @@ impl SqliteStore {
         if !exists && mode == OpenMode::MustExist {
             return Err(StoreError::Missing { what: format!("store file {what}") });
         }
-        let base = SqliteConnectOptions::new()
-            .filename(PathBuf::from(path))
-            .busy_timeout(BUSY_TIMEOUT)
-            .foreign_keys(true)
-            .synchronous(SqliteSynchronous::Normal);
-        let writer = SqlitePoolOptions::new()
-            .max_connections(1)
-            .min_connections(1)
-            .idle_timeout(None)
-            .max_lifetime(None)
-            .connect_with(base.clone().create_if_missing(mode == OpenMode::CreateIfMissing))
+        let clock = Clock::system();
+        let now = clock.now();
+        let owned_path = PathBuf::from(path);
+        let (writer, readers) = tokio::task::spawn_blocking(move || open_blocking(&owned_path, mode, &what, now))
             .await
-            .map_err(|error| open_error(error, &what))?;
-        let opened = Self::prepare_file(&writer, &location, mode).await;
-        if let Err(error) = opened {
-            writer.close().await;
-            return Err(error);
-        }
-        let reader = SqlitePoolOptions::new()
-            .max_connections(READERS)
-            .min_connections(0)
-            .connect_with(base.read_only(true))
-            .await
-            .map_err(|error| open_error(error, &what))?;
-        let store = SqliteStore { writer, reader, clock: Clock::system(), location };
-        Ok(store)
+            .map_err(|error| closed(&format!("opening the store failed: {error}")))??;
+        let writes = start_writer(writer, &location);
+        let reads = start_readers(readers, &location);
+        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: Some(reads), location }), clock })
     }
 
-    /// Judge the file without writing, then switch it to WAL and migrate.
-    async fn prepare_file(writer: &SqlitePool, location: &Arc<str>, mode: OpenMode) -> StoreResult<()> {
-        let what = &describe(location);
-        {
-            let mut conn = writer.acquire().await.map_err(|error| open_error(error, what))?;
-            let inspection = inspect(&mut conn).await.map_err(|error| open_error(error, what))?;
-            if migrate::judge(&inspection, what)? == Verdict::Empty && mode == OpenMode::MustExist {
-                return Err(StoreError::Missing { what: format!("the kesoku store in {what}") });
-            }
-            let mode: String = sqlx::query_scalar("PRAGMA journal_mode = WAL")
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(|error| open_error(error, what))?;
-            if !mode.eq_ignore_ascii_case("wal") {
-                tracing::warn!(journal_mode = %mode, store = what, "sqlite store is not in WAL mode");
-            }
-        }
-        let store = SqliteStore {
-            writer: writer.clone(),
-            reader: writer.clone(),
-            clock: Clock::system(),
-            location: Arc::clone(location),
-        };
-        store.migrate().await
+    /// Run `work` in the writer's next batch; its result comes back once the batch committed.
+    async fn write<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let (answer, answered) = oneshot::channel();
+        let job: WriteJob = Box::new(move |conn| {
+            let result = in_savepoint(conn, work);
+            Box::new(move |commit_error: Option<&rusqlite::Error>| {
+                let result = match commit_error {
+                    None => result,
+                    Some(error) => Err(StoreError::Sqlite(copy_error(error))),
+                };
+                let _ = answer.send(result);
+            })
+        });
+        self.engine.writes.send(Inbox::Job(job)).map_err(|_| closed("the store is closed"))?;
+        answered.await.map_err(|_| closed("the store's writer stopped"))?
     }
 
-    /// Apply pending migrations, each in its own write transaction, judging the database again
-    /// inside each (another process may have migrated meanwhile).
-    async fn migrate(&self) -> StoreResult<()> {
-        loop {
-            let mut tx = self.write_tx().await?;
-            let inspection = inspect(&mut tx).await?;
-            let verdict = migrate::judge(&inspection, &describe(&self.location))?;
-            let Some(step) = migrate::next(migrate::SQLITE, verdict) else {
-                tx.commit().await?;
-                return Ok(());
-            };
-            sqlx::raw_sql(step.sql).execute(&mut *tx).await.map_err(|error| {
-                StoreError::Migration(format!(
-                    "schema version {} ({}) could not be applied: {error}",
-                    step.version, step.description
-                ))
-            })?;
-            sqlx::query("INSERT INTO kesoku_schema_version (version, description, applied_at) VALUES ($1, $2, $3)")
-                .bind(step.version)
-                .bind(step.description)
-                .bind(time_text(self.clock.now()))
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            tracing::info!(version = step.version, store = %self.location, "sqlite store migrated");
-        }
+    /// Run `work` on a reader (the writer, in memory).
+    async fn read<T, F>(&self, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        let Some(reads) = &self.engine.reads else { return self.write(work).await };
+        let (answer, answered) = oneshot::channel();
+        let job: ReadJob = Box::new(move |conn| {
+            let _ = answer.send(work(conn));
+        });
+        reads.send(Inbox::Job(job)).map_err(|_| closed("the store is closed"))?;
+        answered.await.map_err(|_| closed("the store's reader stopped"))?
     }
 
-    async fn write_tx(&self) -> StoreResult<Transaction<'static, Sqlite>> {
-        Ok(self.writer.begin_with("BEGIN IMMEDIATE").await?)
-    }
-
-    /// Insert one message with revision `rev`, or the next one when `None`.
-    async fn insert_in(
-        &self,
-        conn: &mut SqliteConnection,
-        message: &Message,
-        rev: Option<i64>,
-        now: DateTime<Utc>,
-    ) -> StoreResult<MessageEvent> {
-        let stored = stamp(message, now);
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO messages (id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, content, \
-             status, metadata, step, created_at, updated_at, turn_id, phase, rev, created_rev) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, \
-             COALESCE((SELECT p.turn_id FROM messages p WHERE p.id = $3 AND p.session_id = $2), $1), $15, \
-             COALESCE($16, {NEXT_REV}), COALESCE($16, {NEXT_REV})) RETURNING rev"
-        )))
-        .bind(stored.id.as_str())
-        .bind(stored.session_id.as_str())
-        .bind(stored.parent_id.as_ref().map(MessageId::as_str))
-        .bind(&stored.chatbot_id)
-        .bind(&stored.channel_id)
-        .bind(&stored.sender)
-        .bind(stored.role.as_str())
-        .bind(stored.message_type.as_str())
-        .bind(&stored.content)
-        .bind(stored.status.as_str())
-        .bind(stored.metadata.to_value().to_string())
-        .bind(i64::from(stored.step))
-        .bind(stored.created_at.map(time_text))
-        .bind(stored.updated_at.map(time_text))
-        .bind(stored.phase() as i64)
-        .bind(rev)
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(|error| insert_error(error, "message", stored.id.as_str()))?;
-        let rev: i64 = row.try_get("rev")?;
-        Ok(MessageEvent { rev, created: true, message: stored })
-    }
-
-    async fn fetch_message(&self, id: &MessageId) -> StoreResult<Option<StoredMessage>> {
-        let row = sqlx::query(AssertSqlSafe(format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = $1")))
-            .bind(id.as_str())
-            .fetch_optional(&self.reader)
-            .await?;
-        row.as_ref().map(decode::message).transpose()
-    }
-
-    async fn messages(&self, query: Query) -> StoreResult<Vec<StoredMessage>> {
-        let rows = bind(query).fetch_all(&self.reader).await?;
-        rows.iter().map(decode::message).collect()
+    /// Messages returned by `query` (columns of [`MESSAGE_COLUMNS`]), on a reader.
+    async fn read_messages(&self, query: Query) -> StoreResult<Vec<StoredMessage>> {
+        self.read(move |conn| messages_in(conn, &query)).await
     }
 
     /// The recovery of orphans, with "now" given (the trait method passes the clock's).
@@ -265,51 +261,320 @@ impl SqliteStore {
         threshold: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> StoreResult<Vec<MessageId>> {
-        let mut tx = self.write_tx().await?;
-        let ids: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM messages WHERE status = 'processing' AND COALESCE(claimed_at, updated_at) < $1 \
-             ORDER BY seq",
-        )
-        .bind(time_text(threshold))
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut rev = next_rev(&mut tx).await?;
-        let mut recovered = Vec::with_capacity(ids.len());
-        for id in ids {
-            let done = sqlx::query(
-                "UPDATE messages SET status = 'pending_agent', updated_at = $2, rev = $3, claimed_by = NULL, \
-                 claimed_at = NULL WHERE id = $1 AND status = 'processing'",
-            )
-            .bind(&id)
-            .bind(time_text(now))
-            .bind(rev)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 1 {
-                rev += 1;
-                recovered.push(MessageId::from(id));
+        self.write(move |conn| {
+            let ids: Vec<String> = {
+                let mut statement = conn.prepare_cached(
+                    "SELECT id FROM messages WHERE status = 'processing' AND COALESCE(claimed_at, updated_at) < ?1 \
+                     ORDER BY seq",
+                )?;
+                let rows = statement.query_map(params![time_text(threshold)], |row| row.get(0))?;
+                rows.collect::<Result<_, _>>()?
+            };
+            let mut rev = next_rev(conn)?;
+            let mut recovered = Vec::with_capacity(ids.len());
+            for id in ids {
+                let done = conn
+                    .prepare_cached(
+                        "UPDATE messages SET status = 'pending_agent', updated_at = ?2, rev = ?3, claimed_by = NULL, \
+                         claimed_at = NULL WHERE id = ?1 AND status = 'processing'",
+                    )?
+                    .execute(params![id, time_text(now), rev])?;
+                if done == 1 {
+                    rev += 1;
+                    recovered.push(MessageId::from(id));
+                }
             }
-        }
-        tx.commit().await?;
-        Ok(recovered)
+            Ok(recovered)
+        })
+        .await
     }
 }
 
-impl BackendRow for SqliteRow {
+/// Open and judge the file, switch it to WAL, migrate, and open the readers.
+fn open_blocking(
+    path: &Path,
+    mode: OpenMode,
+    what: &str,
+    now: DateTime<Utc>,
+) -> StoreResult<(Connection, Vec<Connection>)> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if mode == OpenMode::CreateIfMissing {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let writer = Connection::open_with_flags(path, flags).map_err(|error| open_error(error, what))?;
+    configure(&writer, true).map_err(|error| open_error_of(error, what))?;
+    let inspection = inspect(&writer).map_err(|error| open_error(error, what))?;
+    if migrate::judge(&inspection, what)? == Verdict::Empty && mode == OpenMode::MustExist {
+        return Err(StoreError::Missing { what: format!("the kesoku store in {what}") });
+    }
+    let journal: String =
+        writer.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0)).map_err(|error| open_error(error, what))?;
+    if !journal.eq_ignore_ascii_case("wal") {
+        tracing::warn!(journal_mode = %journal, store = what, "sqlite store is not in WAL mode");
+    }
+    migrate_blocking(&writer, what, now)?;
+    let mut readers = Vec::with_capacity(READERS);
+    for _ in 0..READERS {
+        let reader =
+            Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|error| open_error(error, what))?;
+        configure(&reader, false).map_err(|error| open_error_of(error, what))?;
+        readers.push(reader);
+    }
+    Ok((writer, readers))
+}
+
+/// Settings of every connection (none of them writes to the file).
+fn configure(conn: &Connection, writer: bool) -> StoreResult<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // Sorting a long history (the phased order) must not spill to temporary files.
+    conn.execute_batch("PRAGMA temp_store = MEMORY;")?;
+    if writer {
+        conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+    }
+    Ok(())
+}
+
+/// Apply pending migrations, each in its own write transaction, judging the database again
+/// inside each (another process may have migrated meanwhile).
+fn migrate_blocking(conn: &Connection, location: &str, now: DateTime<Utc>) -> StoreResult<()> {
+    loop {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        let applied = (|| {
+            let inspection = inspect(conn)?;
+            let verdict = migrate::judge(&inspection, &describe(location))?;
+            let Some(step) = migrate::next(migrate::SQLITE, verdict) else { return Ok(None) };
+            conn.execute_batch(step.sql).map_err(|error| {
+                StoreError::Migration(format!(
+                    "schema version {} ({}) could not be applied: {error}",
+                    step.version, step.description
+                ))
+            })?;
+            conn.execute(
+                "INSERT INTO kesoku_schema_version (version, description, applied_at) VALUES (?1, ?2, ?3)",
+                params![step.version, step.description, time_text(now)],
+            )?;
+            Ok(Some(step.version))
+        })();
+        match applied {
+            Ok(None) => {
+                conn.execute_batch("COMMIT")?;
+                return Ok(());
+            }
+            Ok(Some(version)) => {
+                conn.execute_batch("COMMIT")?;
+                tracing::info!(version, store = %location, "sqlite store migrated");
+            }
+            Err(error) => {
+                let _ = conn.execute_batch("ROLLBACK");
+                return Err(error);
+            }
+        }
+    }
+}
+
+fn start_writer(conn: Connection, location: &Arc<str>) -> Sender<Inbox<WriteJob>> {
+    let (sender, inbox) = std::sync::mpsc::channel();
+    let name = format!("kesoku-sqlite-writer {location}");
+    let spawned = std::thread::Builder::new().name(name).spawn(move || writer_loop(conn, inbox));
+    if let Err(error) = spawned {
+        // The inbox is dropped with the closure: every write fails with "the store is closed".
+        tracing::error!(%error, "cannot start the sqlite writer thread");
+    }
+    sender
+}
+
+fn start_readers(readers: Vec<Connection>, location: &Arc<str>) -> Sender<Inbox<ReadJob>> {
+    let (sender, inbox) = std::sync::mpsc::channel::<Inbox<ReadJob>>();
+    // One inbox shared by the readers; the lock is held only while taking a job.
+    let inbox = Arc::new(Mutex::new(inbox));
+    for (index, conn) in readers.into_iter().enumerate() {
+        let inbox = Arc::clone(&inbox);
+        let name = format!("kesoku-sqlite-reader-{index} {location}");
+        let spawned = std::thread::Builder::new().name(name).spawn(move || reader_loop(conn, &inbox));
+        if let Err(error) = spawned {
+            tracing::error!(%error, "cannot start a sqlite reader thread");
+        }
+    }
+    sender
+}
+
+fn reader_loop(conn: Connection, inbox: &Mutex<Receiver<Inbox<ReadJob>>>) {
+    loop {
+        let next = inbox.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).recv();
+        match next {
+            Ok(Inbox::Job(job)) => job(&conn),
+            Ok(Inbox::Close(done)) => {
+                drop(conn);
+                let _ = done.send(());
+                return;
+            }
+            Err(_) => return,
+        }
+    }
+}
+
+fn writer_loop(conn: Connection, inbox: Receiver<Inbox<WriteJob>>) {
+    loop {
+        let first = match inbox.recv() {
+            Ok(Inbox::Job(job)) => job,
+            Ok(Inbox::Close(done)) => {
+                drop(conn);
+                let _ = done.send(());
+                return;
+            }
+            Err(_) => return,
+        };
+        let mut jobs = vec![first];
+        let mut closing = None;
+        while jobs.len() < MAX_BATCH {
+            match inbox.try_recv() {
+                Ok(Inbox::Job(job)) => jobs.push(job),
+                Ok(Inbox::Close(done)) => {
+                    closing = Some(done);
+                    break;
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        run_batch(&conn, jobs);
+        if let Some(done) = closing {
+            drop(conn);
+            let _ = done.send(());
+            return;
+        }
+    }
+}
+
+/// Run `jobs` in one transaction and answer them after its commit. If the transaction cannot
+/// be begun (another process holds the lock past the busy timeout), each job runs on its own.
+fn run_batch(conn: &Connection, jobs: Vec<WriteJob>) {
+    let in_transaction = match conn.execute_batch("BEGIN IMMEDIATE") {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%error, "could not begin a batch transaction; running its writes one by one");
+            false
+        }
+    };
+    let completions: Vec<Completion> = jobs.into_iter().map(|job| job(conn)).collect();
+    let commit_error = if in_transaction {
+        match conn.execute_batch("COMMIT") {
+            Ok(()) => None,
+            Err(error) => {
+                tracing::error!(%error, "a batch of writes could not be committed; each of them fails");
+                let _ = conn.execute_batch("ROLLBACK");
+                Some(error)
+            }
+        }
+    } else {
+        None
+    };
+    for completion in completions {
+        completion(commit_error.as_ref());
+    }
+}
+
+/// Run `work` inside a savepoint: kept when it succeeds, rolled back (alone) when it fails.
+fn in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
+    conn.prepare_cached("SAVEPOINT kesoku_job")?.execute([])?;
+    let result = work(conn);
+    let closed = match &result {
+        Ok(_) => conn.prepare_cached("RELEASE kesoku_job").and_then(|mut s| s.execute([])),
+        Err(_) => conn
+            .prepare_cached("ROLLBACK TO kesoku_job")
+            .and_then(|mut s| s.execute([]))
+            .and_then(|_| conn.prepare_cached("RELEASE kesoku_job").and_then(|mut s| s.execute([]))),
+    };
+    match (result, closed) {
+        (Ok(value), Ok(_)) => Ok(value),
+        (Ok(_), Err(error)) => Err(StoreError::Sqlite(error)),
+        (Err(error), _) => Err(error),
+    }
+}
+
+/// The same error again (rusqlite errors cannot be cloned; a batch's commit error goes to
+/// every job of the batch).
+fn copy_error(error: &rusqlite::Error) -> rusqlite::Error {
+    if let rusqlite::Error::SqliteFailure(code, message) = error {
+        rusqlite::Error::SqliteFailure(*code, message.clone())
+    } else {
+        rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_ERROR), Some(error.to_string()))
+    }
+}
+
+/// The error of a store whose threads are gone.
+fn closed(reason: &str) -> StoreError {
+    StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISUSE),
+        Some(reason.to_owned()),
+    ))
+}
+
+/// A row read through the column list of its query.
+struct SqlRow<'r, 's> {
+    row: &'r rusqlite::Row<'s>,
+    columns: &'static [&'static str],
+}
+
+impl SqlRow<'_, '_> {
+    fn value(&self, column: &'static str) -> Result<ValueRef<'_>, String> {
+        let index = self
+            .columns
+            .iter()
+            .position(|name| *name == column)
+            .ok_or_else(|| format!("the query has no column `{column}`"))?;
+        self.row.get_ref(index).map_err(|error| error.to_string())
+    }
+}
+
+impl BackendRow for SqlRow<'_, '_> {
     fn opt_text(&self, column: &'static str) -> Result<Option<String>, String> {
-        self.try_get(column).map_err(|error| error.to_string())
+        match self.value(column)? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Text(bytes) => String::from_utf8(bytes.to_vec())
+                .map(Some)
+                .map_err(|_| format!("`{}` is not UTF-8 text", decode::excerpt(&String::from_utf8_lossy(bytes)))),
+            ValueRef::Integer(value) => Err(format!("holds the integer {value}, not text")),
+            ValueRef::Real(value) => Err(format!("holds the number {value}, not text")),
+            ValueRef::Blob(_) => Err("holds a blob, not text".to_owned()),
+        }
     }
 
     fn opt_int(&self, column: &'static str) -> Result<Option<i64>, String> {
-        self.try_get(column).map_err(|error| error.to_string())
+        match self.value(column)? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Integer(value) => Ok(Some(value)),
+            ValueRef::Text(bytes) => {
+                Err(format!("holds the text `{}`, not an integer", decode::excerpt(&String::from_utf8_lossy(bytes))))
+            }
+            ValueRef::Real(value) => Err(format!("holds the number {value}, not an integer")),
+            ValueRef::Blob(_) => Err("holds a blob, not an integer".to_owned()),
+        }
+    }
+
+    fn opt_str(&self, column: &'static str) -> Result<Option<std::borrow::Cow<'_, str>>, String> {
+        match self.value(column)? {
+            ValueRef::Text(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => Ok(Some(std::borrow::Cow::Borrowed(text))),
+                Err(_) => self.opt_text(column).map(|text| text.map(std::borrow::Cow::Owned)),
+            },
+            ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) | ValueRef::Blob(_) => {
+                self.opt_text(column).map(|text| text.map(std::borrow::Cow::Owned))
+            }
+        }
     }
 
     fn opt_time(&self, column: &'static str) -> Result<Option<DateTime<Utc>>, String> {
-        self.opt_text(column)?.map(|text| decode::parse_time_text(&text)).transpose()
+        self.opt_str(column)?.map(|text| decode::parse_time_text(&text)).transpose()
     }
 
     fn opt_json(&self, column: &'static str) -> Result<Option<serde_json::Value>, String> {
-        self.opt_text(column)?.map(|text| decode::parse_json_text(&text)).transpose()
+        // Most messages have no metadata: skip the parser for them.
+        if let ValueRef::Text(b"{}") = self.value(column)? {
+            return Ok(Some(serde_json::Value::Object(serde_json::Map::new())));
+        }
+        self.opt_str(column)?.map(|text| decode::parse_json_text(&text)).transpose()
     }
 }
 
@@ -323,105 +588,226 @@ fn time_text(at: DateTime<Utc>) -> String {
     truncate(at).format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
-fn bind(query: Query) -> sqlx::query::Query<'static, Sqlite, SqliteArguments> {
-    let mut bound = sqlx::query(AssertSqlSafe(query.text));
-    for arg in query.args {
-        bound = match arg {
-            Arg::Text(text) => bound.bind(text),
-            Arg::Int(value) => bound.bind(value),
-            Arg::Time(at) => bound.bind(time_text(at)),
-        };
-    }
-    bound
+/// A shared query's text for SQLite (`$n` → `?n`, explicit positions) and its values.
+fn sqlite_query(query: &Query) -> (String, Vec<SqlValue>) {
+    let text = query.text.replace('$', "?");
+    let values = query
+        .args
+        .iter()
+        .map(|arg| match arg {
+            Arg::Text(text) => SqlValue::Text(text.clone()),
+            Arg::Int(value) => SqlValue::Integer(*value),
+            Arg::Time(at) => SqlValue::Text(time_text(*at)),
+        })
+        .collect();
+    (text, values)
 }
 
-/// The revision the next change gets (inside a write transaction, so nobody else takes it).
-async fn next_rev(tx: &mut SqliteConnection) -> StoreResult<i64> {
-    Ok(sqlx::query_scalar(AssertSqlSafe(format!("SELECT {NEXT_REV}"))).fetch_one(tx).await?)
+fn messages_in(conn: &Connection, query: &Query) -> StoreResult<Vec<StoredMessage>> {
+    let (text, values) = sqlite_query(query);
+    let mut statement = conn.prepare_cached(&text)?;
+    let mut rows = statement.query(params_from_iter(values.iter()))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(decode::message(&SqlRow { row, columns: MESSAGE_NAMES })?);
+    }
+    Ok(out)
+}
+
+fn fetch_message(conn: &Connection, id: &str) -> StoreResult<Option<StoredMessage>> {
+    let mut statement = conn.prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"))?;
+    let mut rows = statement.query(params![id])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(decode::message(&SqlRow { row, columns: MESSAGE_NAMES })?)),
+        None => Ok(None),
+    }
+}
+
+/// Run an `UPDATE … RETURNING {MESSAGE_COLUMNS}` and read the row it changed, if any.
+fn update_returning(conn: &Connection, sql: &str, values: &[SqlValue]) -> StoreResult<Option<StoredMessage>> {
+    let mut statement = conn.prepare_cached(sql)?;
+    let mut rows = statement.query(params_from_iter(values.iter()))?;
+    let row = match rows.next()? {
+        Some(row) => Some(decode::message(&SqlRow { row, columns: MESSAGE_NAMES })?),
+        None => None,
+    };
+    Ok(row)
+}
+
+/// The revision the next change gets (inside the write transaction, so nobody else takes it).
+fn next_rev(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn.prepare_cached(&format!("SELECT {NEXT_REV}"))?.query_row([], |row| row.get(0))?)
+}
+
+/// Insert one message with revision `rev`, or the next one when `None`. A message that opens
+/// its turn (no parent in its session) gets its own `seq` as `turn_seq`.
+fn insert_in(conn: &Connection, stored: &Message, rev: Option<i64>) -> StoreResult<MessageEvent> {
+    let sql = format!(
+        "INSERT INTO messages (id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, content, \
+         status, metadata, step, created_at, updated_at, turn_id, turn_seq, phase, rev, created_rev) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
+         COALESCE((SELECT p.turn_id FROM messages p WHERE p.id = ?3 AND p.session_id = ?2), ?1), \
+         (SELECT p.turn_seq FROM messages p WHERE p.id = ?3 AND p.session_id = ?2), ?15, \
+         COALESCE(?16, {NEXT_REV}), COALESCE(?16, {NEXT_REV})) RETURNING rev, seq, turn_seq"
+    );
+    let (rev, seq, turn_seq): (i64, i64, Option<i64>) = conn
+        .prepare_cached(&sql)?
+        .query_row(
+            params![
+                stored.id.as_str(),
+                stored.session_id.as_str(),
+                stored.parent_id.as_ref().map(MessageId::as_str),
+                stored.chatbot_id,
+                stored.channel_id,
+                stored.sender,
+                stored.role.as_str(),
+                stored.message_type.as_str(),
+                stored.content,
+                stored.status.as_str(),
+                stored.metadata.to_value().to_string(),
+                i64::from(stored.step),
+                stored.created_at.map(time_text),
+                stored.updated_at.map(time_text),
+                stored.phase() as i64,
+                rev,
+            ],
+            |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+        )
+        .map_err(|error| insert_error(error, "message", stored.id.as_str()))?;
+    if turn_seq.is_none() {
+        conn.prepare_cached("UPDATE messages SET turn_seq = seq WHERE seq = ?1")?.execute(params![seq])?;
+    }
+    Ok(MessageEvent { rev, created: true, message: stored.clone() })
 }
 
 /// Tables and schema version, read without writing anything.
-async fn inspect(conn: &mut SqliteConnection) -> Result<Inspection, sqlx::Error> {
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
+fn inspect(conn: &Connection) -> Result<Inspection, rusqlite::Error> {
+    let tables: Vec<String> = {
+        let mut statement = conn.prepare(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' \
+             ORDER BY name",
+        )?;
+        let rows = statement.query_map([], |row| row.get(0))?;
+        rows.collect::<Result<_, _>>()?
+    };
     let version = if tables.iter().any(|t| t == VERSION_TABLE) {
-        sqlx::query_scalar("SELECT MAX(version) FROM kesoku_schema_version").fetch_one(&mut *conn).await?
+        conn.query_row("SELECT MAX(version) FROM kesoku_schema_version", [], |row| row.get(0))?
     } else {
         None
     };
     Ok(Inspection { tables, version })
 }
 
+/// SQLite's primary result code of an error, if it is one of SQLite's.
+fn primary_code(error: &rusqlite::Error) -> Option<i32> {
+    if let rusqlite::Error::SqliteFailure(code, _) = error { Some(code.extended_code & 0xff) } else { None }
+}
+
 /// An error met while opening, with SQLite's "not a database" family named for what it is.
-fn open_error(error: sqlx::Error, what: &str) -> StoreError {
-    let code = error.as_database_error().and_then(|db| db.code()).map(|code| code.into_owned());
-    let reason = match code.as_deref() {
-        Some(SQLITE_NOTADB) => "the file is not a SQLite database".to_owned(),
-        Some(SQLITE_CORRUPT) => "the SQLite file is damaged (database disk image is malformed)".to_owned(),
-        Some(SQLITE_CANTOPEN) => {
+fn open_error(error: rusqlite::Error, what: &str) -> StoreError {
+    let reason = match primary_code(&error) {
+        Some(rusqlite::ffi::SQLITE_NOTADB) => "the file is not a SQLite database".to_owned(),
+        Some(rusqlite::ffi::SQLITE_CORRUPT) => {
+            "the SQLite file is damaged (database disk image is malformed)".to_owned()
+        }
+        Some(rusqlite::ffi::SQLITE_CANTOPEN) => {
             "sqlite cannot open it: check that its directory exists and is writable and that it is a file".to_owned()
         }
-        _ => return StoreError::Database(error),
+        _ => return StoreError::Sqlite(error),
     };
     StoreError::Foreign { what: what.to_owned(), reason }
+}
+
+/// [`open_error`] for a store error that may hold a SQLite one.
+fn open_error_of(error: StoreError, what: &str) -> StoreError {
+    if let StoreError::Sqlite(inner) = error { open_error(inner, what) } else { error }
+}
+
+/// A failed insert: a unique violation means the id exists.
+fn insert_error(error: rusqlite::Error, what: &'static str, id: &str) -> StoreError {
+    if let rusqlite::Error::SqliteFailure(code, _) = &error
+        && code.code == ErrorCode::ConstraintViolation
+        && matches!(
+            code.extended_code,
+            rusqlite::ffi::SQLITE_CONSTRAINT_UNIQUE | rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY
+        )
+    {
+        return StoreError::Duplicate { what, id: id.to_owned() };
+    }
+    StoreError::Sqlite(error)
+}
+
+/// A failed write that referenced a session: a foreign key violation means it does not exist.
+fn session_reference_error(error: rusqlite::Error, session_id: &str) -> StoreError {
+    if let rusqlite::Error::SqliteFailure(code, _) = &error
+        && code.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_FOREIGNKEY
+    {
+        return not_found("session", session_id);
+    }
+    StoreError::Sqlite(error)
+}
+
+/// A status change's statement: `?1` id, `?2` new status, `?3` now, `?4` the status it must have.
+fn status_update_sql() -> String {
+    format!(
+        "UPDATE messages SET status = ?2, updated_at = ?3, rev = {NEXT_REV}, \
+         claimed_by = CASE WHEN ?2 = 'processing' THEN NULL ELSE claimed_by END, \
+         claimed_at = CASE WHEN ?2 = 'processing' THEN ?3 ELSE claimed_at END \
+         WHERE id = ?1 AND status = ?4 RETURNING {MESSAGE_COLUMNS}"
+    )
 }
 
 #[async_trait]
 impl Store for SqliteStore {
     async fn insert_message(&self, message: &Message) -> StoreResult<MessageEvent> {
-        // One statement: it holds the write lock while reading MAX(rev).
-        let mut conn = self.writer.acquire().await?;
-        self.insert_in(&mut conn, message, None, self.clock.now()).await
+        let stored = stamp(message, self.clock.now());
+        self.write(move |conn| insert_in(conn, &stored, None)).await
     }
 
     async fn insert_messages(&self, messages: &[Message]) -> StoreResult<Vec<MessageEvent>> {
-        let mut tx = self.write_tx().await?;
-        let first = next_rev(&mut tx).await?;
-        let now = self.clock.now();
-        let mut events = Vec::with_capacity(messages.len());
-        for (rev, message) in (first..).zip(messages) {
-            events.push(self.insert_in(&mut tx, message, Some(rev), now).await?);
+        if let Some(id) = first_repeated_id(messages) {
+            return Err(StoreError::Duplicate { what: "message", id: id.to_owned() });
         }
-        tx.commit().await?;
-        Ok(events)
+        let now = self.clock.now();
+        let stored: Vec<Message> = messages.iter().map(|message| stamp(message, now)).collect();
+        self.write(move |conn| {
+            let first = next_rev(conn)?;
+            stored.iter().zip(first..).map(|(message, rev)| insert_in(conn, message, Some(rev))).collect()
+        })
+        .await
     }
 
     async fn get_message(&self, id: &MessageId) -> StoreResult<Option<Message>> {
-        Ok(self.fetch_message(id).await?.map(|stored| stored.message))
+        let id = id.as_str().to_owned();
+        Ok(self.read(move |conn| fetch_message(conn, &id)).await?.map(|stored| stored.message))
     }
 
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>> {
         let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
         query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
-        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        Ok(self.read_messages(query).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn update_status(&self, id: &MessageId, to: Status) -> StoreResult<MessageEvent> {
-        for _ in 0..CAS_ATTEMPTS {
-            let Some(current) = self.fetch_message(id).await? else { return Err(not_found("message", id.as_str())) };
+        let id = id.as_str().to_owned();
+        let now = time_text(self.clock.now());
+        self.write(move |conn| {
+            // Read inside the write lock: what is read is what the update sees.
+            let Some(current) = fetch_message(conn, &id)? else { return Err(not_found("message", &id)) };
             let from = current.message.status;
-            from.check_transition(to)
-                .map_err(|source| StoreError::IllegalTransition { id: id.as_str().to_owned(), source })?;
-            let row = sqlx::query(AssertSqlSafe(format!(
-                "UPDATE messages SET status = $2, updated_at = $3, rev = {NEXT_REV}, \
-                 claimed_by = CASE WHEN $2 = 'processing' THEN NULL ELSE claimed_by END, \
-                 claimed_at = CASE WHEN $2 = 'processing' THEN $3 ELSE claimed_at END \
-                 WHERE id = $1 AND status = $4 RETURNING {MESSAGE_COLUMNS}"
-            )))
-            .bind(id.as_str())
-            .bind(to.as_str())
-            .bind(time_text(self.clock.now()))
-            .bind(from.as_str())
-            .fetch_optional(&self.writer)
-            .await?;
-            if let Some(row) = row {
-                return Ok(event(decode::message(&row)?, false));
+            from.check_transition(to).map_err(|source| StoreError::IllegalTransition { id: id.clone(), source })?;
+            let values = [
+                SqlValue::Text(id.clone()),
+                SqlValue::Text(to.as_str().to_owned()),
+                SqlValue::Text(now),
+                SqlValue::Text(from.as_str().to_owned()),
+            ];
+            match update_returning(conn, &status_update_sql(), &values)? {
+                Some(stored) => Ok(event(stored, false)),
+                None => Err(StoreError::Contention { id }),
             }
-        }
-        Err(StoreError::Contention { id: id.as_str().to_owned() })
+        })
+        .await
     }
 
     async fn claim(
@@ -433,13 +819,6 @@ impl Store for SqliteStore {
     ) -> StoreResult<Option<MessageEvent>> {
         check_claim(id, to, expected)?;
         if expected.is_empty() {
-            return Ok(None);
-        }
-        // Look on a reader first: a corrupt row is refused before anything is written, and
-        // most losers of a race stop here without queueing for the writer. The UPDATE below
-        // stays the only authority.
-        let Some(current) = self.fetch_message(id).await? else { return Err(not_found("message", id.as_str())) };
-        if !expected.contains(&current.message.status) {
             return Ok(None);
         }
         let mut query = Query::with_args(
@@ -457,65 +836,86 @@ impl Store for SqliteStore {
             ],
         );
         query.and_in("status", expected.iter().map(|s| s.as_str())).push(&format!(" RETURNING {MESSAGE_COLUMNS}"));
-        let row = bind(query).fetch_optional(&self.writer).await?;
-        row.map(|row| decode::message(&row).map(|stored| event(stored, false))).transpose()
+        let id = id.as_str().to_owned();
+        let expected = expected.to_vec();
+        self.write(move |conn| {
+            // A corrupt row is refused before anything is written.
+            let Some(current) = fetch_message(conn, &id)? else { return Err(not_found("message", &id)) };
+            if !expected.contains(&current.message.status) {
+                return Ok(None);
+            }
+            let (text, values) = sqlite_query(&query);
+            Ok(update_returning(conn, &text, &values)?.map(|stored| event(stored, false)))
+        })
+        .await
     }
 
     async fn renew_claim(&self, id: &MessageId, claimed_by: &str) -> StoreResult<bool> {
-        let done = sqlx::query(
-            "UPDATE messages SET claimed_at = $1 WHERE id = $2 AND status = 'processing' AND claimed_by = $3",
-        )
-        .bind(time_text(self.clock.now()))
-        .bind(id.as_str())
-        .bind(claimed_by)
-        .execute(&self.writer)
-        .await?;
-        Ok(done.rows_affected() == 1)
+        let (id, claimed_by, now) = (id.as_str().to_owned(), claimed_by.to_owned(), time_text(self.clock.now()));
+        self.write(move |conn| {
+            let done = conn
+                .prepare_cached(
+                    "UPDATE messages SET claimed_at = ?1 WHERE id = ?2 AND status = 'processing' AND claimed_by = ?3",
+                )?
+                .execute(params![now, id, claimed_by])?;
+            Ok(done == 1)
+        })
+        .await
     }
 
     async fn claim_of(&self, id: &MessageId) -> StoreResult<Option<Claim>> {
-        let row = sqlx::query("SELECT id, status, claimed_by, claimed_at FROM messages WHERE id = $1")
-            .bind(id.as_str())
-            .fetch_optional(&self.reader)
-            .await?;
-        let Some(row) = row else { return Err(not_found("message", id.as_str())) };
-        let cells = Cells::new(&row, "messages")?;
-        let status: Status = cells.parse("status")?;
-        let claimed_by = cells.opt_text("claimed_by")?;
-        let claimed_at = cells.opt_time("claimed_at")?;
-        Ok(match (status, claimed_by, claimed_at) {
-            (Status::Processing, Some(claimed_by), Some(claimed_at)) => Some(Claim { claimed_by, claimed_at }),
-            _ => None,
+        let id = id.as_str().to_owned();
+        self.read(move |conn| {
+            let mut statement =
+                conn.prepare_cached("SELECT id, status, claimed_by, claimed_at FROM messages WHERE id = ?1")?;
+            let mut rows = statement.query(params![id])?;
+            let Some(row) = rows.next()? else { return Err(not_found("message", &id)) };
+            let row = SqlRow { row, columns: CLAIM_NAMES };
+            let cells = Cells::new(&row, "messages")?;
+            let status: Status = cells.parse("status")?;
+            let claimed_by = cells.opt_text("claimed_by")?;
+            let claimed_at = cells.opt_time("claimed_at")?;
+            Ok(match (status, claimed_by, claimed_at) {
+                (Status::Processing, Some(claimed_by), Some(claimed_at)) => Some(Claim { claimed_by, claimed_at }),
+                _ => None,
+            })
         })
+        .await
     }
 
     async fn update_metadata(&self, id: &MessageId, metadata: &Metadata) -> StoreResult<MessageEvent> {
-        // Read first, so a row we cannot understand is refused before it is changed.
-        if self.fetch_message(id).await?.is_none() {
-            return Err(not_found("message", id.as_str()));
-        }
-        let row = sqlx::query(AssertSqlSafe(format!(
-            "UPDATE messages SET metadata = $2, updated_at = $3, rev = {NEXT_REV} WHERE id = $1 \
-             RETURNING {MESSAGE_COLUMNS}"
-        )))
-        .bind(id.as_str())
-        .bind(metadata.to_value().to_string())
-        .bind(time_text(self.clock.now()))
-        .fetch_optional(&self.writer)
-        .await?;
-        let Some(row) = row else { return Err(not_found("message", id.as_str())) };
-        Ok(event(decode::message(&row)?, false))
+        let id = id.as_str().to_owned();
+        let values = vec![
+            SqlValue::Text(id.clone()),
+            SqlValue::Text(metadata.to_value().to_string()),
+            SqlValue::Text(time_text(self.clock.now())),
+        ];
+        self.write(move |conn| {
+            // Read first, so a row we cannot understand is refused before it is changed.
+            if fetch_message(conn, &id)?.is_none() {
+                return Err(not_found("message", &id));
+            }
+            let sql = format!(
+                "UPDATE messages SET metadata = ?2, updated_at = ?3, rev = {NEXT_REV} WHERE id = ?1 \
+                 RETURNING {MESSAGE_COLUMNS}"
+            );
+            match update_returning(conn, &sql, &values)? {
+                Some(stored) => Ok(event(stored, false)),
+                None => Err(not_found("message", &id)),
+            }
+        })
+        .await
     }
 
     async fn session_history(&self, session_id: &SessionId) -> StoreResult<Vec<Message>> {
         let query = Query::with_args(
+            // Read in the order of the `messages_phased` index: no join, no sort.
             &format!(
-                "SELECT {MESSAGE_COLUMNS_M} FROM messages m LEFT JOIN messages r ON r.id = m.turn_id \
-                 WHERE m.session_id = $1 ORDER BY COALESCE(r.seq, m.seq), m.step, m.phase, m.seq"
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY turn_seq, step, phase, seq"
             ),
             vec![Arg::Text(session_id.as_str().to_owned())],
         );
-        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        Ok(self.read_messages(query).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn recover_orphans(&self, older_than: Duration) -> StoreResult<Vec<MessageId>> {
@@ -536,14 +936,14 @@ impl Store for SqliteStore {
             query.and_eq("m.session_id", Arg::Text(session_id.as_str().to_owned()));
         }
         query.push(" ORDER BY m.seq");
-        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        Ok(self.read_messages(query).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn changes_since(&self, after: i64, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<MessageEvent>> {
         let mut query =
             Query::with_args(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE rev > $1"), vec![Arg::Int(after)]);
         query.message_filter(filter, "").push(" ORDER BY rev").limit(Some(limit));
-        let stored = self.messages(query).await?;
+        let stored = self.read_messages(query).await?;
         Ok(stored
             .into_iter()
             .map(|s| {
@@ -554,22 +954,29 @@ impl Store for SqliteStore {
     }
 
     async fn current_rev(&self) -> StoreResult<i64> {
-        Ok(sqlx::query_scalar("SELECT COALESCE(MAX(rev), 0) FROM messages").fetch_one(&self.reader).await?)
+        self.read(|conn| {
+            Ok(conn.prepare_cached("SELECT COALESCE(MAX(rev), 0) FROM messages")?.query_row([], |row| row.get(0))?)
+        })
+        .await
     }
 
     async fn create_session(&self, session: &Session) -> StoreResult<()> {
-        let mut tx = self.write_tx().await?;
-        insert_session(&mut tx, session).await?;
-        tx.commit().await?;
-        Ok(())
+        let session = session.clone();
+        self.write(move |conn| insert_session(conn, &session)).await
     }
 
     async fn get_session(&self, id: &SessionId) -> StoreResult<Option<Session>> {
-        let row = sqlx::query(AssertSqlSafe(format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1")))
-            .bind(id.as_str())
-            .fetch_optional(&self.reader)
-            .await?;
-        row.as_ref().map(decode::session).transpose()
+        let id = id.as_str().to_owned();
+        self.read(move |conn| {
+            let mut statement =
+                conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"))?;
+            let mut rows = statement.query(params![id])?;
+            match rows.next()? {
+                Some(row) => Ok(Some(decode::session(&SqlRow { row, columns: SESSION_NAMES })?)),
+                None => Ok(None),
+            }
+        })
+        .await
     }
 
     async fn list_sessions(&self, filter: &SessionFilter) -> StoreResult<Vec<Session>> {
@@ -581,148 +988,166 @@ impl Store for SqliteStore {
             query.and_eq("channel_id", Arg::Text(channel_id.clone()));
         }
         query.push(" ORDER BY created_at DESC, id DESC").limit(filter.limit);
-        let rows = bind(query).fetch_all(&self.reader).await?;
-        rows.iter().map(decode::session).collect()
+        self.read(move |conn| {
+            let (text, values) = sqlite_query(&query);
+            let mut statement = conn.prepare_cached(&text)?;
+            let mut rows = statement.query(params_from_iter(values.iter()))?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                out.push(decode::session(&SqlRow { row, columns: SESSION_NAMES })?);
+            }
+            Ok(out)
+        })
+        .await
     }
 
     async fn set_session_title(&self, id: &SessionId, title: &str) -> StoreResult<()> {
-        let mut tx = self.write_tx().await?;
-        let done = sqlx::query("UPDATE sessions SET title = $2, updated_at = $3 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(title)
-            .bind(time_text(self.clock.now()))
-            .execute(&mut *tx)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("session", id.as_str()));
-        }
-        tx.commit().await?;
-        Ok(())
+        let (id, title, now) = (id.as_str().to_owned(), title.to_owned(), time_text(self.clock.now()));
+        self.write(move |conn| {
+            let done = conn
+                .prepare_cached("UPDATE sessions SET title = ?2, updated_at = ?3 WHERE id = ?1")?
+                .execute(params![id, title, now])?;
+            if done == 0 {
+                return Err(not_found("session", &id));
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn active_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Option<SessionId>> {
-        let id: Option<String> =
-            sqlx::query_scalar("SELECT session_id FROM channel_sessions WHERE chatbot_id = $1 AND channel_id = $2")
-                .bind(chatbot_id)
-                .bind(channel_id)
-                .fetch_optional(&self.reader)
-                .await?;
-        Ok(id.map(SessionId::from))
+        let (chatbot_id, channel_id) = (chatbot_id.to_owned(), channel_id.to_owned());
+        self.read(move |conn| {
+            let id: Option<String> = conn
+                .prepare_cached("SELECT session_id FROM channel_sessions WHERE chatbot_id = ?1 AND channel_id = ?2")?
+                .query_row(params![chatbot_id, channel_id], |row| row.get(0))
+                .optional()?;
+            Ok(id.map(SessionId::from))
+        })
+        .await
     }
 
     async fn set_active_session(&self, chatbot_id: &str, channel_id: &str, session_id: &SessionId) -> StoreResult<()> {
-        let mut tx = self.write_tx().await?;
-        sqlx::query(
-            "INSERT INTO channel_sessions (chatbot_id, channel_id, session_id) VALUES ($1, $2, $3) \
-             ON CONFLICT (chatbot_id, channel_id) DO UPDATE SET session_id = excluded.session_id",
-        )
-        .bind(chatbot_id)
-        .bind(channel_id)
-        .bind(session_id.as_str())
-        .execute(&mut *tx)
+        let (chatbot_id, channel_id, session_id) =
+            (chatbot_id.to_owned(), channel_id.to_owned(), session_id.as_str().to_owned());
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO channel_sessions (chatbot_id, channel_id, session_id) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (chatbot_id, channel_id) DO UPDATE SET session_id = excluded.session_id",
+            )?
+            .execute(params![chatbot_id, channel_id, session_id])
+            .map_err(|error| session_reference_error(error, &session_id))?;
+            Ok(())
+        })
         .await
-        .map_err(|error| session_reference_error(error, session_id.as_str()))?;
-        tx.commit().await?;
-        Ok(())
     }
 
     async fn resolve_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Session> {
-        if let Some(session) = active_in(&self.reader, chatbot_id, channel_id).await? {
+        let (chatbot, channel) = (chatbot_id.to_owned(), channel_id.to_owned());
+        if let Some(session) = self.read(move |conn| active_in(conn, &chatbot, &channel)).await? {
             return Ok(session);
         }
-        // The write transaction holds SQLite's write lock, so checking again and creating is
-        // atomic against every other writer, in this process or another.
-        let mut tx = self.write_tx().await?;
-        if let Some(session) = active_in(&mut *tx, chatbot_id, channel_id).await? {
-            tx.commit().await?;
-            return Ok(session);
-        }
-        let session = Session::new(chatbot_id, channel_id, self.clock.now());
-        insert_session(&mut tx, &session).await?;
-        sqlx::query("INSERT INTO channel_sessions (chatbot_id, channel_id, session_id) VALUES ($1, $2, $3)")
-            .bind(chatbot_id)
-            .bind(channel_id)
-            .bind(session.id.as_str())
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(session)
+        // The write job holds SQLite's write lock, so checking again and creating is atomic
+        // against every other writer, in this process or another.
+        let (chatbot, channel) = (chatbot_id.to_owned(), channel_id.to_owned());
+        let fresh = Session::new(chatbot_id, channel_id, self.clock.now());
+        self.write(move |conn| {
+            if let Some(session) = active_in(conn, &chatbot, &channel)? {
+                return Ok(session);
+            }
+            insert_session(conn, &fresh)?;
+            conn.prepare_cached(
+                "INSERT INTO channel_sessions (chatbot_id, channel_id, session_id) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![chatbot, channel, fresh.id.as_str()])?;
+            Ok(fresh)
+        })
+        .await
     }
 }
 
-async fn insert_session(tx: &mut SqliteConnection, session: &Session) -> StoreResult<()> {
-    sqlx::query(AssertSqlSafe(format!("INSERT INTO sessions ({SESSION_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6)")))
-        .bind(session.id.as_str())
-        .bind(&session.chatbot_id)
-        .bind(&session.channel_id)
-        .bind(session.title.as_deref())
-        .bind(time_text(session.created_at))
-        .bind(time_text(session.updated_at))
-        .execute(tx)
-        .await
+fn insert_session(conn: &Connection, session: &Session) -> StoreResult<()> {
+    conn.prepare_cached(&format!("INSERT INTO sessions ({SESSION_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"))?
+        .execute(params![
+            session.id.as_str(),
+            session.chatbot_id,
+            session.channel_id,
+            session.title.as_deref(),
+            time_text(session.created_at),
+            time_text(session.updated_at),
+        ])
         .map_err(|error| insert_error(error, "session", session.id.as_str()))?;
     Ok(())
 }
 
-async fn active_in<'e, E>(executor: E, chatbot_id: &str, channel_id: &str) -> StoreResult<Option<Session>>
-where
-    E: sqlx::Executor<'e, Database = Sqlite>,
-{
-    let row = sqlx::query(AssertSqlSafe(format!(
+fn active_in(conn: &Connection, chatbot_id: &str, channel_id: &str) -> StoreResult<Option<Session>> {
+    let mut statement = conn.prepare_cached(&format!(
         "SELECT {SESSION_COLUMNS_S} FROM channel_sessions c JOIN sessions s ON s.id = c.session_id \
-         WHERE c.chatbot_id = $1 AND c.channel_id = $2"
-    )))
-    .bind(chatbot_id)
-    .bind(channel_id)
-    .fetch_optional(executor)
-    .await?;
-    row.as_ref().map(decode::session).transpose()
+         WHERE c.chatbot_id = ?1 AND c.channel_id = ?2"
+    ))?;
+    let mut rows = statement.query(params![chatbot_id, channel_id])?;
+    match rows.next()? {
+        Some(row) => Ok(Some(decode::session(&SqlRow { row, columns: SESSION_NAMES })?)),
+        None => Ok(None),
+    }
+}
+
+fn ledger_rows(conn: &Connection, text: &str, values: &[SqlValue]) -> StoreResult<Vec<LedgerEntry>> {
+    let mut statement = conn.prepare_cached(text)?;
+    let mut rows = statement.query(params_from_iter(values.iter()))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(decode::ledger_entry(&SqlRow { row, columns: LEDGER_NAMES })?);
+    }
+    Ok(out)
 }
 
 #[async_trait]
 impl Ledger for SqliteStore {
     async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()> {
-        let mut tx = self.write_tx().await?;
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
-             ON CONFLICT (id) DO NOTHING"
-        )))
-        .bind(entry.id.as_str())
-        .bind(entry.kind.as_str())
-        .bind(entry.lane.as_str())
-        .bind(entry.session_id.as_str())
-        .bind(entry.message_id.as_ref().map(MessageId::as_str))
-        .bind(&entry.triggered_by)
-        .bind(entry.delegation_user.as_deref())
-        .bind(i64::from(entry.depth))
-        .bind(time_text(entry.enqueued_at))
-        .bind(entry.started_at.map(time_text))
-        .bind(entry.finished_at.map(time_text))
-        .bind(entry.outcome.map(Outcome::as_str))
-        .bind(entry.error.as_deref())
-        .bind(decode::count(entry.usage.model_calls))
-        .bind(decode::count(entry.usage.tool_calls))
-        .bind(decode::count(entry.usage.input_tokens))
-        .bind(decode::count(entry.usage.output_tokens))
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        let entry = entry.clone();
+        self.write(move |conn| {
+            conn.prepare_cached(&format!(
+                "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+                 ON CONFLICT (id) DO NOTHING"
+            ))?
+            .execute(params![
+                entry.id.as_str(),
+                entry.kind.as_str(),
+                entry.lane.as_str(),
+                entry.session_id.as_str(),
+                entry.message_id.as_ref().map(MessageId::as_str),
+                entry.triggered_by,
+                entry.delegation_user.as_deref(),
+                i64::from(entry.depth),
+                time_text(entry.enqueued_at),
+                entry.started_at.map(time_text),
+                entry.finished_at.map(time_text),
+                entry.outcome.map(Outcome::as_str),
+                entry.error.as_deref(),
+                decode::count(entry.usage.model_calls),
+                decode::count(entry.usage.tool_calls),
+                decode::count(entry.usage.input_tokens),
+                decode::count(entry.usage.output_tokens),
+            ])?;
+            Ok(())
+        })
+        .await
     }
 
     async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()> {
-        let mut tx = self.write_tx().await?;
-        let done = sqlx::query("UPDATE activations SET started_at = $2 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(time_text(at))
-            .execute(&mut *tx)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("activation", id.as_str()));
-        }
-        tx.commit().await?;
-        Ok(())
+        let (id, at) = (id.as_str().to_owned(), time_text(at));
+        self.write(move |conn| {
+            let done = conn
+                .prepare_cached("UPDATE activations SET started_at = ?2 WHERE id = ?1")?
+                .execute(params![id, at])?;
+            if done == 0 {
+                return Err(not_found("activation", &id));
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn record_finished(
@@ -733,34 +1158,38 @@ impl Ledger for SqliteStore {
         error: Option<&str>,
         usage: &Usage,
     ) -> StoreResult<()> {
-        let mut tx = self.write_tx().await?;
-        let done = sqlx::query(
-            "UPDATE activations SET finished_at = $2, outcome = $3, error = $4, model_calls = $5, tool_calls = $6, \
-             input_tokens = $7, output_tokens = $8 WHERE id = $1",
-        )
-        .bind(id.as_str())
-        .bind(time_text(at))
-        .bind(outcome.as_str())
-        .bind(error)
-        .bind(decode::count(usage.model_calls))
-        .bind(decode::count(usage.tool_calls))
-        .bind(decode::count(usage.input_tokens))
-        .bind(decode::count(usage.output_tokens))
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("activation", id.as_str()));
-        }
-        tx.commit().await?;
-        Ok(())
+        let (id, at, error, usage) = (id.as_str().to_owned(), time_text(at), error.map(str::to_owned), *usage);
+        self.write(move |conn| {
+            let done = conn
+                .prepare_cached(
+                    "UPDATE activations SET finished_at = ?2, outcome = ?3, error = ?4, model_calls = ?5, \
+                     tool_calls = ?6, input_tokens = ?7, output_tokens = ?8 WHERE id = ?1",
+                )?
+                .execute(params![
+                    id,
+                    at,
+                    outcome.as_str(),
+                    error,
+                    decode::count(usage.model_calls),
+                    decode::count(usage.tool_calls),
+                    decode::count(usage.input_tokens),
+                    decode::count(usage.output_tokens),
+                ])?;
+            if done == 0 {
+                return Err(not_found("activation", &id));
+            }
+            Ok(())
+        })
+        .await
     }
 
     async fn get_activation(&self, id: &ActivationId) -> StoreResult<Option<LedgerEntry>> {
-        let row = sqlx::query(AssertSqlSafe(format!("SELECT {LEDGER_COLUMNS} FROM activations WHERE id = $1")))
-            .bind(id.as_str())
-            .fetch_optional(&self.reader)
-            .await?;
-        row.as_ref().map(decode::ledger_entry).transpose()
+        let id = id.as_str().to_owned();
+        self.read(move |conn| {
+            let text = format!("SELECT {LEDGER_COLUMNS} FROM activations WHERE id = ?1");
+            Ok(ledger_rows(conn, &text, &[SqlValue::Text(id)])?.into_iter().next())
+        })
+        .await
     }
 
     async fn list_activations(&self, filter: &LedgerFilter) -> StoreResult<Vec<LedgerEntry>> {
@@ -772,17 +1201,21 @@ impl Ledger for SqliteStore {
             query.push(" AND outcome IS NOT NULL AND outcome <> 'succeeded'");
         }
         query.push(" ORDER BY enqueued_at DESC, id DESC").limit(filter.limit);
-        let rows = bind(query).fetch_all(&self.reader).await?;
-        rows.iter().map(decode::ledger_entry).collect()
+        self.read(move |conn| {
+            let (text, values) = sqlite_query(&query);
+            ledger_rows(conn, &text, &values)
+        })
+        .await
     }
 
     async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {LEDGER_COLUMNS} FROM activations WHERE started_at IS NOT NULL AND finished_at IS NULL \
-             ORDER BY enqueued_at, id"
-        )))
-        .fetch_all(&self.reader)
-        .await?;
-        rows.iter().map(decode::ledger_entry).collect()
+        self.read(|conn| {
+            let text = format!(
+                "SELECT {LEDGER_COLUMNS} FROM activations WHERE started_at IS NOT NULL AND finished_at IS NULL \
+                 ORDER BY enqueued_at, id"
+            );
+            ledger_rows(conn, &text, &[])
+        })
+        .await
     }
 }
