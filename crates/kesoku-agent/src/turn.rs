@@ -115,6 +115,8 @@ pub struct Turn<'a> {
     last_input_tokens: u64,
     /// Newer messages that joined this turn (steer mode), claimed by it.
     pub steered: Vec<MessageId>,
+    /// An earlier run of this turn (that died) already posted the final answer.
+    answered_before: bool,
 }
 
 enum StepError {
@@ -156,6 +158,21 @@ impl<'a> Turn<'a> {
                 }
             }
         }
+        // An earlier run that posted its final answer and died before the root was resolved
+        // left the answer as the last step of the turn, with no tool call beside it.
+        let last_step: Vec<&Message> = history
+            .iter()
+            .filter(|m| m.id != root.id && m.step == step && step > 0 && turn_root(m, &by_id) == &root.id)
+            .collect();
+        let answered_before = open_calls.is_empty()
+            && !last_step.iter().any(|m| m.message_type == MessageType::ToolCall)
+            && last_step.iter().any(|m| {
+                m.role == Role::Assistant
+                    && m.message_type == MessageType::Text
+                    && m.parent_id.as_ref() == Some(&root.id)
+                    && !m.is_notification()
+                    && !m.content.starts_with(kesoku_core::message::ERROR_NOTIFICATION_PREFIX)
+            });
         Turn {
             deps,
             context,
@@ -168,12 +185,17 @@ impl<'a> Turn<'a> {
             open_calls,
             last_input_tokens: 0,
             steered: Vec::new(),
+            answered_before,
         }
     }
 
     /// Run to the end. Never panics on model or tool output; store failures end the turn as
     /// `Failed` (the runtime leaves the message for recovery when it cannot even record that).
     pub async fn run(&mut self) -> TurnEnd {
+        if self.answered_before {
+            // Resolve the root now instead of answering a second time.
+            return TurnEnd::Answered { note: Some("answered before the service restarted".to_owned()) };
+        }
         // Calls an earlier, crashed run left open get their synthetic result first.
         if let Err(error) = self.close_open_calls(RESTARTED_RESULT).await {
             return store_failure(error);

@@ -1,0 +1,297 @@
+//! Memory of the real service, `kesoku start` with its HTTP API on 127.0.0.1: the resident set
+//! when idle, its growth per 1,000 sessions that have had a turn (and sit idle), and a soak
+//! under steady load with the slope of the resident set over time. Load arrives over the HTTP
+//! API as a client would send it; the model is the instant local mock.
+//!
+//! The resident set is read from `/proc/PID/status` (`VmRSS`) of the service process alone.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use kesoku_core::{MessageFilter, Status};
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+use crate::bench::{Row, Scale, Verdict};
+use crate::mock::{HttpPolicy, PolicyServer};
+use crate::procfs::memory_of;
+use crate::stats::{median, mib, slope};
+use crate::system::Backend;
+
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub idle_rss: u64,
+    /// RSS after 1,000 and after 2,000 sessions had one turn each (idle again).
+    pub rss_after_1000: u64,
+    pub rss_after_2000: u64,
+    pub soak: Soak,
+}
+
+#[derive(Debug, Clone)]
+pub struct Soak {
+    pub duration: Duration,
+    pub turns: usize,
+    pub rate_per_second: f64,
+    pub start_rss: u64,
+    pub end_rss: u64,
+    pub max_rss: u64,
+    /// Least-squares slope of the resident set after the first fifth of the soak, bytes/minute.
+    pub slope_per_minute: f64,
+    pub lost: usize,
+}
+
+impl Measured {
+    pub fn per_1000_sessions(&self) -> i64 {
+        self.rss_after_1000 as i64 - self.idle_rss as i64
+    }
+}
+
+/// A running `kesoku start`.
+struct Service {
+    child: tokio::process::Child,
+    pid: u32,
+    addr: std::net::SocketAddr,
+}
+
+async fn start_service(binary: &Path, dir: &Path) -> anyhow::Result<Service> {
+    let mut child = tokio::process::Command::new(binary)
+        .args(["-c", "kesoku.toml", "-v", "start"])
+        .current_dir(dir)
+        .env_remove("KESOKU_CONFIG")
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting kesoku start")?;
+    let pid = child.id().context("the service has no pid")?;
+    let stderr = child.stderr.take().context("no stderr")?;
+    let lines = Arc::new(Mutex::new(Vec::<String>::new()));
+    {
+        let lines = Arc::clone(&lines);
+        tokio::spawn(async move {
+            let mut reader = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                lines.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+            }
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let addr = lines.lock().unwrap_or_else(|p| p.into_inner()).iter().find_map(|line| {
+            let line = strip_ansi(line);
+            let start = line.find("HTTP API and console listening")?;
+            let at = line[start..].find("addr=")? + start + 5;
+            line[at..].split_whitespace().next()?.parse().ok()
+        });
+        if let Some(addr) = addr {
+            return Ok(Service { child, pid, addr });
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            bail!("kesoku start exited ({status}): {}", lines.lock().unwrap_or_else(|p| p.into_inner()).join("\n"));
+        }
+        if Instant::now() > deadline {
+            bail!("kesoku start did not report its HTTP address");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' && chars.peek() == Some(&'[') {
+            for next in chars.by_ref() {
+                if next.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The median of a few RSS samples a little apart.
+async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut samples = Vec::new();
+    for _ in 0..5 {
+        samples.push(memory_of(pid).context("the service is gone")?.rss as f64);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    Ok(median(&samples) as u64)
+}
+
+pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64) -> anyhow::Result<Measured> {
+    let mock = PolicyServer::start(HttpPolicy::instant_text());
+    let dir =
+        super::startup::workspace(binary, &mock.base_url(), &Backend::Sqlite, "\n[http]\nlisten = \"127.0.0.1:0\"")
+            .await?;
+    let store_url = format!("sqlite://{}", dir.path().join(".kesoku").join("kesoku.db").display());
+    let mut service = start_service(binary, dir.path()).await?;
+    let http = reqwest::Client::new();
+    let base = format!("http://{}", service.addr);
+    let store = kesoku_store::open_existing(&store_url).await.context("opening the service's store")?;
+
+    let idle_rss = settled_rss(service.pid).await?;
+    open_sessions(&http, &base, "first", 1000).await?;
+    wait_idle(&store, 1000).await?;
+    let rss_after_1000 = settled_rss(service.pid).await?;
+    open_sessions(&http, &base, "second", 1000).await?;
+    wait_idle(&store, 2000).await?;
+    let rss_after_2000 = settled_rss(service.pid).await?;
+
+    let soak = soak(&http, &base, &store, service.pid, Duration::from_secs_f64(soak_minutes * 60.0), scale).await?;
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(service.pid).unwrap_or(i32::MAX));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = tokio::time::timeout(Duration::from_secs(30), service.child.wait()).await;
+    Ok(Measured { idle_rss, rss_after_1000, rss_after_2000, soak })
+}
+
+/// Post one message on each of `count` new channels (a new session each), 32 at a time.
+async fn open_sessions(http: &reqwest::Client, base: &str, label: &str, count: usize) -> anyhow::Result<()> {
+    let posts = futures::stream::iter(0..count).map(|index| {
+        let body = json!({"channel_id": format!("{label}-{index}"), "sender": "Bench", "content": "hello"});
+        http.post(format!("{base}/v1/messages")).json(&body).send()
+    });
+    let mut posts = posts.buffer_unordered(32);
+    while let Some(response) = posts.next().await {
+        let response = response.context("posting a message")?;
+        if response.status().as_u16() != 202 {
+            bail!("the API refused a message: {}", response.status());
+        }
+    }
+    Ok(())
+}
+
+/// Wait until `roots` user messages exist and none is waiting or running.
+async fn wait_idle(store: &kesoku_store::StoreHandle, roots: usize) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let busy = store
+            .store
+            .list_messages(&MessageFilter::default().with_statuses(&[Status::PendingAgent, Status::Processing]))
+            .await?
+            .len();
+        let done = store.store.list_messages(&MessageFilter::status(Status::Processed)).await?.len();
+        if busy == 0 && done >= roots {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("{busy} messages still busy, {done} of {roots} processed");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Steady load for `duration`: 50 messages per second over 200 channels, RSS sampled every 5 s.
+async fn soak(
+    http: &reqwest::Client,
+    base: &str,
+    store: &kesoku_store::StoreHandle,
+    pid: u32,
+    duration: Duration,
+    scale: Scale,
+) -> anyhow::Result<Soak> {
+    let rate = scale.pick(50.0, 50.0);
+    let channels = 200;
+    let before = store.store.list_messages(&MessageFilter::status(Status::Processed)).await?.len();
+    let started = Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+    let mut sample = tokio::time::interval(Duration::from_secs(5));
+    let mut samples: Vec<(f64, f64)> = Vec::new();
+    let mut posted = 0usize;
+    let mut in_flight = futures::stream::FuturesUnordered::new();
+    while started.elapsed() < duration {
+        tokio::select! {
+            _ = tick.tick() => {
+                let body = json!({"channel_id": format!("soak-{}", posted % channels), "sender": "Bench", "content": format!("tick {posted}")});
+                in_flight.push(http.post(format!("{base}/v1/messages")).json(&body).send());
+                posted += 1;
+            }
+            _ = sample.tick() => {
+                let rss = memory_of(pid).context("the service is gone")?.rss;
+                samples.push((started.elapsed().as_secs_f64() / 60.0, rss as f64));
+            }
+            Some(response) = in_flight.next() => {
+                let response = response.context("posting a message")?;
+                if response.status().as_u16() != 202 {
+                    bail!("the API refused a message: {}", response.status());
+                }
+            }
+        }
+    }
+    while let Some(response) = in_flight.next().await {
+        response.context("posting a message")?;
+    }
+    wait_idle(store, before + posted).await.ok();
+    let done = store.store.list_messages(&MessageFilter::status(Status::Processed)).await?.len();
+    let settled: Vec<(f64, f64)> = samples.iter().copied().skip(samples.len() / 5).collect();
+    let rss = |p: &(f64, f64)| p.1 as u64;
+    Ok(Soak {
+        duration: started.elapsed(),
+        turns: posted,
+        rate_per_second: rate,
+        start_rss: samples.first().map(rss).unwrap_or_default(),
+        end_rss: samples.last().map(rss).unwrap_or_default(),
+        max_rss: samples.iter().map(rss).max().unwrap_or_default(),
+        slope_per_minute: slope(&settled).unwrap_or(0.0),
+        lost: (before + posted).saturating_sub(done),
+    })
+}
+
+pub fn rows(measured: &Measured) -> Vec<Row> {
+    let per_1000 = measured.per_1000_sessions();
+    let per_session = per_1000 as f64 / 1000.0;
+    let second_1000 = measured.rss_after_2000 as i64 - measured.rss_after_1000 as i64;
+    let soak = &measured.soak;
+    vec![
+        Row::new(
+            "3. memory: idle service (`kesoku start`, HTTP API on)",
+            "embedded (SQLite)",
+            mib(measured.idle_rss),
+            "≤ 15 MB",
+            Verdict::of(measured.idle_rss <= 15 * 1000 * 1000),
+            "VmRSS, instant mock configured".to_owned(),
+        ),
+        Row::new(
+            "3. memory: per idle session (1,000 sessions after one turn each)",
+            "embedded (SQLite)",
+            format!("{:.1} KB", per_session / 1000.0),
+            "≤ 20 KB",
+            Verdict::of(per_session <= 20_000.0),
+            format!("+{} for the first 1,000, +{} for the next 1,000", signed_mib(per_1000), signed_mib(second_1000)),
+        ),
+        Row::new(
+            &format!(
+                "3. memory: soak, {:.0} turns/s for {:.1} min",
+                soak.rate_per_second,
+                soak.duration.as_secs_f64() / 60.0
+            ),
+            "embedded (SQLite)",
+            format!("{:+.1} KB/min", soak.slope_per_minute / 1000.0),
+            "flat",
+            Verdict::Info,
+            format!(
+                "{} turns, {} lost; RSS {} → {} (max {})",
+                soak.turns,
+                soak.lost,
+                mib(soak.start_rss),
+                mib(soak.end_rss),
+                mib(soak.max_rss)
+            ),
+        ),
+    ]
+}
+
+fn signed_mib(bytes: i64) -> String {
+    let sign = if bytes < 0 { "-" } else { "" };
+    format!("{sign}{}", mib(bytes.unsigned_abs()))
+}

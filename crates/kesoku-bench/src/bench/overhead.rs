@@ -1,0 +1,140 @@
+//! Framework overhead per turn: a message posted → its final text reaches the chatbot, minus the
+//! time spent inside the model (measured around the provider's stream, so HTTP to the mock and
+//! parsing its stream count as model time).
+//!
+//! Turns run one at a time, each in a new session, against the OpenAI-style provider and a mock
+//! server on 127.0.0.1 answering instantly (or after a fixed delay); see [`crate::mock`] for why
+//! it is the policy server and not the vendor mock. The tool turn calls
+//! `read_file` on a small file: an in-process built-in tool, so the figure is the framework's
+//! (posting the call and the result, the second model request) and not a process start.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use kesoku_core::Status;
+use serde_json::json;
+
+use crate::bench::{Row, Scale, Verdict, mock_model, p50_p99};
+use crate::mock::{HttpPolicy, PolicyServer};
+use crate::models::ModelClock;
+use crate::stats::Summary;
+use crate::system::{AgentSetup, Backend, Client, StoreSetup, System};
+
+/// Which turn is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TurnKind {
+    Plain,
+    OneToolCall,
+}
+
+impl TurnKind {
+    fn label(self) -> &'static str {
+        match self {
+            TurnKind::Plain => "plain turn",
+            TurnKind::OneToolCall => "turn with one tool call",
+        }
+    }
+}
+
+/// Overhead and end-to-end latency of one kind of turn.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    pub kind: TurnKind,
+    pub model_latency: Duration,
+    pub overhead: Summary,
+    pub end_to_end: Summary,
+    pub model_time: Summary,
+}
+
+/// Run `iterations` turns of each kind (after a warm-up) for each model latency.
+pub async fn run(backend: &Backend, scale: Scale) -> anyhow::Result<Vec<Measured>> {
+    let iterations = scale.pick(60, 500);
+    let slow_iterations = scale.pick(10, 40);
+    let mut results = Vec::new();
+    for (latency, count) in [(Duration::ZERO, iterations), (Duration::from_millis(200), slow_iterations)] {
+        for kind in [TurnKind::Plain, TurnKind::OneToolCall] {
+            results.push(measure(backend, kind, latency, count).await?);
+        }
+    }
+    Ok(results)
+}
+
+async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iterations: usize) -> anyhow::Result<Measured> {
+    let policy = match kind {
+        TurnKind::Plain => HttpPolicy { latency, ..HttpPolicy::instant_text() },
+        TurnKind::OneToolCall => {
+            HttpPolicy { calls: 1, tool: "read_file".to_owned(), arguments: json!({"path": "notes.txt"}), latency }
+        }
+    };
+    let mock = PolicyServer::start(policy);
+    let clock = ModelClock::default();
+    let store = StoreSetup::open(backend).await?;
+    let setup = AgentSetup::with_model(mock_model(&mock.base_url(), &clock)?);
+    let system = System::start(store, setup).await?;
+    std::fs::write(system.workspace().join("notes.txt"), "a short note\n").context("writing the tool's file")?;
+    let client = Client::start(&system.gateway).await;
+    let warmup = (iterations / 10).max(3);
+    let (mut overhead, mut end_to_end, mut model_time) = (Vec::new(), Vec::new(), Vec::new());
+    for index in 0..warmup + iterations {
+        let session = client.new_session(&format!("overhead-{index}")).await?;
+        let model_before = clock.total();
+        let answered = client.ask(&session, "What is the answer?").await?;
+        anyhow::ensure!(answered.status == Status::Processed, "a benchmark turn ended {:?}", answered.status);
+        let model = clock.total().saturating_sub(model_before);
+        if index >= warmup {
+            end_to_end.push(answered.latency);
+            model_time.push(model);
+            overhead.push(answered.latency.saturating_sub(model));
+        }
+    }
+    let requests = mock.requests();
+    system.stop().await;
+    let per_turn = if kind == TurnKind::Plain { 1 } else { 2 };
+    anyhow::ensure!(
+        requests == ((warmup + iterations) * per_turn) as u64,
+        "the mock got {requests} requests for {} turns",
+        warmup + iterations
+    );
+    let summary = |samples: &[Duration]| Summary::of(samples).context("no samples");
+    Ok(Measured {
+        kind,
+        model_latency: latency,
+        overhead: summary(&overhead)?,
+        end_to_end: summary(&end_to_end)?,
+        model_time: summary(&model_time)?,
+    })
+}
+
+/// The report rows of these measurements.
+pub fn rows(backend: &Backend, measured: &[Measured]) -> Vec<Row> {
+    let embedded = *backend == Backend::Sqlite;
+    measured
+        .iter()
+        .map(|m| {
+            let mock = if m.model_latency.is_zero() {
+                "instant mock".to_owned()
+            } else {
+                format!("{} ms mock", m.model_latency.as_millis())
+            };
+            let (target, verdict) = if embedded {
+                let met = m.overhead.p50 <= Duration::from_millis(1) && m.overhead.p99 <= Duration::from_millis(5);
+                ("p50 ≤ 1 ms, p99 ≤ 5 ms", Verdict::of(met))
+            } else {
+                ("(embedded only)", Verdict::Info)
+            };
+            Row::new(
+                &format!("1. overhead, {} ({mock})", m.kind.label()),
+                backend.label(),
+                p50_p99(&m.overhead),
+                target,
+                verdict,
+                format!(
+                    "{} turns; end to end {}; model time p50 {}",
+                    m.overhead.samples,
+                    p50_p99(&m.end_to_end),
+                    crate::stats::ms(m.model_time.p50)
+                ),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,136 @@
+//! `kesoku-bench`: run the benchmarks and print the results table (Markdown) for
+//! `docs/BENCHMARKS.md`.
+//!
+//! ```text
+//! cargo build --release -p kesoku -p kesoku-bench
+//! cargo run -p kesoku-bench --release -- [--postgres URL] [--quick] [--only overhead,throughput,…]
+//! ```
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use kesoku_bench::bench::{self, Row, Scale};
+use kesoku_bench::system::Backend;
+
+#[derive(Debug, Parser)]
+#[command(name = "kesoku-bench", about = "Measure Kesoku: turn overhead, throughput, memory, start-up, history.")]
+struct Args {
+    /// Also run the store measurements on PostgreSQL (each run in a schema of its own).
+    #[arg(long, value_name = "URL")]
+    postgres: Option<String>,
+    /// A short run (seconds per measurement) instead of the full one.
+    #[arg(long)]
+    quick: bool,
+    /// Only these measurements (comma separated): overhead, throughput, history, startup, memory.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Minutes of the memory soak (default: 1 with --quick, 10 otherwise).
+    #[arg(long)]
+    soak_minutes: Option<f64>,
+    /// Also write the rows as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+}
+
+impl Args {
+    fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == name)
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KESOKU_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(rows) => {
+            print_table(&rows);
+            if let Some(path) = &args.json {
+                let text = serde_json::to_string_pretty(&rows).unwrap_or_default();
+                if let Err(error) = std::fs::write(path, text) {
+                    eprintln!("error: cannot write {}: {error}", path.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
+    let scale = if args.quick { Scale::Quick } else { Scale::Full };
+    let mut backends = vec![Backend::Sqlite];
+    if let Some(url) = &args.postgres {
+        backends.push(Backend::Postgres(url.clone()));
+    }
+    let mut rows = Vec::new();
+    for backend in &backends {
+        if args.wants("overhead") {
+            eprintln!("overhead per turn on {} …", backend.label());
+            let measured = bench::overhead::run(backend, scale).await?;
+            rows.extend(bench::overhead::rows(backend, &measured));
+        }
+        if args.wants("throughput") {
+            eprintln!("throughput on {} …", backend.label());
+            let (measured, store_only) = bench::throughput::run(backend, scale).await?;
+            rows.extend(bench::throughput::rows(backend, &measured, &store_only));
+        }
+        if args.wants("history") {
+            eprintln!("history on {} …", backend.label());
+            let measured = bench::history::run(backend, scale).await?;
+            rows.extend(bench::history::rows(backend, &measured));
+        }
+    }
+    if args.wants("startup") || args.wants("memory") {
+        let Some(binary) = kesoku_bench::binaries::sibling("kesoku") else {
+            anyhow::bail!(
+                "start-up and memory measure the real `kesoku` binary, which is not built next to this one: \
+                 run `cargo build --release -p kesoku` first (or pass --only overhead,throughput,history)"
+            );
+        };
+        if args.wants("startup") {
+            eprintln!("start-up of {} …", binary.display());
+            let measured = bench::startup::run(&binary, scale).await?;
+            rows.extend(bench::startup::rows(&measured));
+        }
+        if args.wants("memory") {
+            let minutes = args.soak_minutes.unwrap_or(if args.quick { 1.0 } else { 10.0 });
+            eprintln!("memory of `kesoku start` ({minutes} min soak) …");
+            let measured = bench::memory::run(&binary, scale, minutes).await?;
+            rows.extend(bench::memory::rows(&measured));
+        }
+    }
+    Ok(rows)
+}
+
+fn print_table(rows: &[Row]) {
+    println!("| measure | store | result | target | verdict | details |");
+    println!("|---|---|---|---|---|---|");
+    for row in rows {
+        println!(
+            "| {} | {} | {} | {} | {} | {} |",
+            row.measure,
+            row.backend,
+            row.value,
+            row.target,
+            row.verdict.label(),
+            row.note
+        );
+    }
+}

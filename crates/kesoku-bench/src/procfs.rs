@@ -1,0 +1,64 @@
+//! What the kernel says about a process: resident memory from `/proc/PID/status`, CPU time
+//! from `getrusage`. Linux only, read-only.
+
+use std::time::Duration;
+
+use nix::sys::resource::{UsageWho, getrusage};
+
+/// Resident and peak resident set of a process, in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Memory {
+    /// `VmRSS`: resident now.
+    pub rss: u64,
+    /// `VmHWM`: the most it was resident.
+    pub peak: u64,
+}
+
+/// The memory of process `pid` (`None`: it is gone or the file is unreadable).
+pub fn memory_of(pid: u32) -> Option<Memory> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    Some(Memory { rss: status_kib(&status, "VmRSS:")? * 1024, peak: status_kib(&status, "VmHWM:")? * 1024 })
+}
+
+/// The memory of this process.
+pub fn own_memory() -> Option<Memory> {
+    memory_of(std::process::id())
+}
+
+fn status_kib(status: &str, key: &str) -> Option<u64> {
+    let line = status.lines().find(|line| line.starts_with(key))?;
+    line[key.len()..].split_whitespace().next()?.parse().ok()
+}
+
+/// User plus system CPU time this process used so far (all threads).
+pub fn own_cpu_time() -> Duration {
+    getrusage(UsageWho::RUSAGE_SELF)
+        .map(|usage| timeval(usage.user_time()) + timeval(usage.system_time()))
+        .unwrap_or_default()
+}
+
+/// The largest peak resident set of any child this process has waited for, in bytes.
+pub fn children_peak_rss() -> Option<u64> {
+    let usage = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;
+    u64::try_from(usage.max_rss()).ok().map(|kib| kib * 1024)
+}
+
+fn timeval(value: nix::sys::time::TimeVal) -> Duration {
+    let seconds = u64::try_from(value.tv_sec()).unwrap_or(0);
+    let micros = u64::try_from(value.tv_usec()).unwrap_or(0);
+    Duration::from_secs(seconds) + Duration::from_micros(micros)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_has_memory_and_cpu() {
+        let memory = own_memory().expect("/proc/self/status");
+        assert!(memory.rss > 0 && memory.peak >= memory.rss, "{memory:?}");
+        let spin: u64 = (0..2_000_000u64).map(|x| x ^ (x >> 3)).sum();
+        assert!(spin > 0);
+        assert!(own_cpu_time() > Duration::ZERO);
+    }
+}
