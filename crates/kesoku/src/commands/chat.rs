@@ -51,7 +51,11 @@ pub async fn run(config: &Config, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let chatbot = CliChatbot::stdout(render_mode());
     let mut session = choose_session(&gateway, args).await?;
     let (interrupt_sender, mut interrupts) = tokio::sync::mpsc::unbounded_channel();
-    let forwarder = tokio::spawn(forward_ctrl_c(interrupt_sender));
+    // The SIGINT handler is installed here, before the first prompt: a Ctrl-C that comes before
+    // the forwarding task first runs (a loaded machine) must stop the turn, not kill the program.
+    let sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("installing the Ctrl-C handler")?;
+    let forwarder = tokio::spawn(forward_ctrl_c(sigint, interrupt_sender));
 
     let result = if prompt.trim().is_empty() {
         let mut repl = Repl {
@@ -81,8 +85,8 @@ fn render_mode() -> RenderMode {
 
 /// Every Ctrl-C (SIGINT) becomes one message on the channel. At the prompt the line editor
 /// reads Ctrl-C as a key (raw mode), so only Ctrl-C during a turn arrives here.
-async fn forward_ctrl_c(sender: UnboundedSender<()>) {
-    while tokio::signal::ctrl_c().await.is_ok() {
+async fn forward_ctrl_c(mut sigint: tokio::signal::unix::Signal, sender: UnboundedSender<()>) {
+    while sigint.recv().await.is_some() {
         if sender.send(()).is_err() {
             return;
         }
