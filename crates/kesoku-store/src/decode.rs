@@ -45,6 +45,19 @@ pub(crate) struct Cells<'r, R> {
 }
 
 impl<'r, R: BackendRow> Cells<'r, R> {
+    /// The claim of a `(status, claimed_by, claimed_at)` row: only a `processing` message has one.
+    pub fn claim(&self) -> StoreResult<Option<crate::Claim>> {
+        let status: kesoku_core::Status = self.parse("status")?;
+        let claimed_by = self.opt_text("claimed_by")?;
+        let claimed_at = self.opt_time("claimed_at")?;
+        Ok(match (status, claimed_by, claimed_at) {
+            (kesoku_core::Status::Processing, Some(claimed_by), Some(claimed_at)) => {
+                Some(crate::Claim { claimed_by, claimed_at })
+            }
+            _ => None,
+        })
+    }
+
     /// Start reading a row of `table`; its `id` column comes first, for the errors.
     pub fn new(row: &'r R, table: &'static str) -> StoreResult<Self> {
         let corrupt = |reason: String| StoreError::Corrupt { table, id: "?".to_owned(), reason };

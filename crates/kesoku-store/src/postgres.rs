@@ -540,13 +540,7 @@ impl Store for PgStore {
             .await?;
         let Some(row) = row else { return Err(not_found("message", id.as_str())) };
         let cells = Cells::new(&row, "messages")?;
-        let status: Status = cells.parse("status")?;
-        let claimed_by = cells.opt_text("claimed_by")?;
-        let claimed_at = cells.opt_time("claimed_at")?;
-        Ok(match (status, claimed_by, claimed_at) {
-            (Status::Processing, Some(claimed_by), Some(claimed_at)) => Some(Claim { claimed_by, claimed_at }),
-            _ => None,
-        })
+        cells.claim()
     }
 
     async fn update_metadata(&self, id: &MessageId, metadata: &Metadata) -> StoreResult<MessageEvent> {

@@ -872,13 +872,7 @@ impl Store for SqliteStore {
             let Some(row) = rows.next()? else { return Err(not_found("message", &id)) };
             let row = SqlRow { row, columns: CLAIM_NAMES };
             let cells = Cells::new(&row, "messages")?;
-            let status: Status = cells.parse("status")?;
-            let claimed_by = cells.opt_text("claimed_by")?;
-            let claimed_at = cells.opt_time("claimed_at")?;
-            Ok(match (status, claimed_by, claimed_at) {
-                (Status::Processing, Some(claimed_by), Some(claimed_at)) => Some(Claim { claimed_by, claimed_at }),
-                _ => None,
-            })
+            cells.claim()
         })
         .await
     }

@@ -101,7 +101,8 @@ async fn start_service(binary: &Path, dir: &Path) -> anyhow::Result<Service> {
     }
 }
 
-fn strip_ansi(line: &str) -> String {
+/// `line` without terminal colour sequences (`ESC [ … m`).
+pub fn strip_ansi(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {

@@ -213,20 +213,4 @@ impl Service {
     }
 }
 
-/// `line` without terminal colour sequences (`ESC [ … m`).
-pub fn strip_ansi(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' && chars.peek() == Some(&'[') {
-            for next in chars.by_ref() {
-                if next.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-            continue;
-        }
-        out.push(c);
-    }
-    out
-}
+pub use kesoku_bench::bench::memory::strip_ansi;
