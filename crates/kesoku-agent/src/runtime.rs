@@ -322,25 +322,52 @@ impl Agent {
         let _ = controls.await;
     }
 
+    /// Messages whose ledger rows are written at once by [`Agent::intake`].
+    const INTAKE_CONCURRENCY: usize = 64;
+
     async fn intake(&self, shutdown: CancellationToken) {
         let gateway = self.inner.deps.gateway.clone();
-        let mut pending = Box::pin(gateway.listen(MessageFilter::status(Status::PendingAgent), ListenFrom::Current));
-        loop {
-            let event = tokio::select! {
-                _ = shutdown.cancelled() => return,
-                event = pending.next() => event,
-            };
-            let Some(event) = event else { return };
-            let message = match event {
-                Ok(event) => event.message,
-                Err(error) => {
-                    tracing::warn!(%error, "reading pending work failed; will catch up on the next event");
-                    continue;
+        let agent = self.clone();
+        // The ledger rows of up to `INTAKE_CONCURRENCY` messages are written at once (the store
+        // commits them together), but messages are queued in the order they arrived: one write
+        // at a time capped intake at one store round trip per message.
+        let recorded = gateway
+            .listen(MessageFilter::status(Status::PendingAgent), ListenFrom::Current)
+            .map(move |event| {
+                let agent = agent.clone();
+                async move {
+                    match event {
+                        Ok(event) => {
+                            let recorded = agent.record(&event.message).await;
+                            recorded.map(|activation| activation.map(|activation| (event.message, activation)))
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "reading pending work failed; will catch up on the next event");
+                            Ok(None)
+                        }
+                    }
                 }
+            })
+            .buffered(Self::INTAKE_CONCURRENCY);
+        let mut recorded = Box::pin(recorded);
+        loop {
+            let next = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                next = recorded.next() => next,
             };
-            if let Err(error) = self.enqueue(&message).await {
-                tracing::error!(%error, message_id = %message.id, "enqueueing a message failed; it stays pending");
-                lock(&self.inner.queued).remove(&message.id);
+            match next {
+                None => return,
+                Some(Ok(Some((message, activation)))) => {
+                    if let Err(error) = self.dispatch(&message, activation).await {
+                        tracing::error!(%error, message_id = %message.id, "queueing a message failed; it stays pending");
+                        lock(&self.inner.queued).remove(&message.id);
+                    }
+                }
+                Some(Ok(None)) => {}
+                Some(Err((message_id, error))) => {
+                    tracing::error!(%error, %message_id, "enqueueing a message failed; it stays pending");
+                    lock(&self.inner.queued).remove(&message_id);
+                }
             }
         }
     }
@@ -348,28 +375,52 @@ impl Agent {
     /// Turn a pending message into an activation, record it, queue it, and stop an older turn
     /// of the session when the channel's mode says so.
     pub async fn enqueue(&self, message: &Message) -> Result<Option<ActivationId>, AgentError> {
+        let activation = match self.record(message).await {
+            Ok(Some(activation)) => activation,
+            Ok(None) => return Ok(None),
+            Err((_, error)) => {
+                lock(&self.inner.queued).remove(&message.id);
+                return Err(error);
+            }
+        };
+        let id = activation.id.clone();
+        if let Err(error) = self.dispatch(message, activation).await {
+            lock(&self.inner.queued).remove(&message.id);
+            return Err(error);
+        }
+        Ok(Some(id))
+    }
+
+    /// The first half of [`Agent::enqueue`]: the activation of `message`, written to the ledger;
+    /// `None` when the message is already queued.
+    async fn record(&self, message: &Message) -> Result<Option<Activation>, (MessageId, AgentError)> {
         if !lock(&self.inner.queued).insert(message.id.clone()) {
             return Ok(None);
         }
         let activation = self.activation_for(message);
-        self.inner.deps.ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await?;
-        let human = is_human(message);
+        match self.inner.deps.ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await {
+            Ok(()) => Ok(Some(activation)),
+            Err(error) => Err((message.id.clone(), error.into())),
+        }
+    }
+
+    /// The second half: stop an older turn when the channel's mode says so, and queue the
+    /// activation.
+    async fn dispatch(&self, message: &Message, activation: Activation) -> Result<(), AgentError> {
         let mode = self.inner.deps.config.queue_mode_for(&message.chatbot_id, &message.channel_id);
-        if human && mode == QueueMode::Interrupt {
+        if is_human(message) && mode == QueueMode::Interrupt {
             self.inner
                 .deps
                 .gateway
                 .request_stop(&message.session_id, StopReason::NewerMessage, Some(&message.id))
                 .await?;
         }
-        let id = activation.id.clone();
         self.inner
             .deps
             .queue
             .push(activation)
             .await
-            .map_err(|e| AgentError::Store(StoreError::Migration(format!("queue: {e}"))))?;
-        Ok(Some(id))
+            .map_err(|e| AgentError::Store(StoreError::Migration(format!("queue: {e}"))))
     }
 
     fn activation_for(&self, message: &Message) -> Activation {

@@ -276,13 +276,14 @@ impl<'a> Turn<'a> {
     }
 
     fn request(&self) -> Request {
-        let mut messages = Vec::with_capacity(self.history.len() + self.deps.entries.len() + 1);
-        messages.push(Message::system_prompt(&self.context.session_id, self.deps.system_prompt));
+        let system_prompt = Message::system_prompt(&self.context.session_id, self.deps.system_prompt);
+        let mut messages: Vec<&Message> = Vec::with_capacity(self.history.len() + self.deps.entries.len() + 1);
+        messages.push(&system_prompt);
         for message in &self.history {
             if message.id == self.root.id {
-                messages.extend(self.deps.entries.iter().cloned());
+                messages.extend(self.deps.entries.iter());
             }
-            messages.push(message.clone());
+            messages.push(message);
         }
         let options =
             HistoryOptions { active_root: Some(&self.root.id), attachment_base: Some(self.deps.workspace.as_path()) };

@@ -7,13 +7,17 @@
 //! the reference it is tested against, and what in-memory code uses.
 
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 
 use crate::ids::MessageId;
 use crate::message::Message;
 
 /// The id of the turn (its root message) that `message` belongs to, given every message by id.
 /// A message whose parent is unknown is treated as the root of its own turn.
-pub fn turn_root<'a>(message: &'a Message, by_id: &HashMap<&MessageId, &'a Message>) -> &'a MessageId {
+pub fn turn_root<'a, S: BuildHasher>(
+    message: &'a Message,
+    by_id: &HashMap<&MessageId, &'a Message, S>,
+) -> &'a MessageId {
     let mut current = message;
     // Bounded walk: a corrupt parent cycle cannot hang us.
     for _ in 0..64 {

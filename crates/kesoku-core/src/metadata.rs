@@ -3,6 +3,7 @@
 //! Platforms attach their own ids (`discord_message_id`, `wechat_cronjob`, …); those we do not
 //! model land in [`Metadata::extra`] and are written back unchanged.
 
+use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
@@ -47,7 +48,10 @@ pub struct CompactionSummary {
 }
 
 /// Message metadata: the spec's keys, typed, plus whatever else arrived.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+///
+/// Deserialized by hand (below) rather than derived: a derived `#[serde(flatten)]` buffers every
+/// key before sorting it out, which made reading a long history twice as slow.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Metadata {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_name: Option<String>,
@@ -102,6 +106,107 @@ impl Metadata {
             return Ok(Self::default());
         }
         serde_json::from_value(value)
+    }
+}
+
+impl<'de> Deserialize<'de> for Metadata {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(MetadataVisitor)
+    }
+}
+
+struct MetadataVisitor;
+
+impl<'de> Visitor<'de> for MetadataVisitor {
+    type Value = Metadata;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("a metadata object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Metadata, A::Error> {
+        let mut metadata = Metadata::default();
+        // A key given twice keeps its last value, as a JSON object read into a map does.
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::ToolName => metadata.tool_name = map.next_value()?,
+                Key::ToolArguments => metadata.tool_arguments = map.next_value()?,
+                Key::ToolResult => metadata.tool_result = map.next_value()?,
+                Key::ToolError => metadata.tool_error = map.next_value()?,
+                Key::ToolCallId => metadata.tool_call_id = map.next_value()?,
+                Key::ThoughtSignature => metadata.thought_signature = map.next_value()?,
+                Key::Attachments => metadata.attachments = map.next_value()?,
+                Key::TurnMetrics => metadata.turn_metrics = map.next_value()?,
+                Key::IsCronjob => metadata.is_cronjob = map.next_value()?,
+                Key::IsCompaction => metadata.is_compaction = map.next_value()?,
+                Key::DiscordMessageId => metadata.discord_message_id = map.next_value()?,
+                Key::CompactionSummary => metadata.compaction_summary = map.next_value()?,
+                Key::Other(name) => {
+                    let value: Value = map.next_value()?;
+                    metadata.extra.insert(name, value);
+                }
+            }
+        }
+        Ok(metadata)
+    }
+}
+
+/// A metadata key: one of the typed fields, or any other name (kept in `extra`).
+enum Key {
+    ToolName,
+    ToolArguments,
+    ToolResult,
+    ToolError,
+    ToolCallId,
+    ThoughtSignature,
+    Attachments,
+    TurnMetrics,
+    IsCronjob,
+    IsCompaction,
+    DiscordMessageId,
+    CompactionSummary,
+    Other(String),
+}
+
+impl Key {
+    fn known(name: &str) -> Option<Key> {
+        Some(match name {
+            "tool_name" => Key::ToolName,
+            "tool_arguments" => Key::ToolArguments,
+            "tool_result" => Key::ToolResult,
+            "tool_error" => Key::ToolError,
+            "tool_call_id" => Key::ToolCallId,
+            "thought_signature" => Key::ThoughtSignature,
+            "attachments" => Key::Attachments,
+            "turn_metrics" => Key::TurnMetrics,
+            "is_cronjob" => Key::IsCronjob,
+            "is_compaction" => Key::IsCompaction,
+            "discord_message_id" => Key::DiscordMessageId,
+            "compaction_summary" => Key::CompactionSummary,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Key {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl Visitor<'_> for KeyVisitor {
+            type Value = Key;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a metadata key")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Key, E> {
+                Ok(Key::known(name).unwrap_or_else(|| Key::Other(name.to_owned())))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, name: String) -> Result<Key, E> {
+                Ok(Key::known(&name).unwrap_or(Key::Other(name)))
+            }
+        }
+        deserializer.deserialize_str(KeyVisitor)
     }
 }
 

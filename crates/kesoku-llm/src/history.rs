@@ -24,11 +24,12 @@
 //! This module does no I/O: attachment parts point at files, read when the request is sent.
 //! It does not window or compact the history either; the agent does, before calling it.
 
-use std::collections::HashMap;
+use std::borrow::Borrow;
 use std::path::{Path, PathBuf};
 
 use kesoku_core::message::{SYSTEM_NOTIFICATION_PREFIX, SYSTEM_SCOPE};
 use kesoku_core::{Message, MessageId, MessageType, Role};
+use rustc_hash::FxHashMap as HashMap;
 use serde_json::{Value, json};
 
 use crate::conversation::{Attachment, AttachmentSource, Part, ToolCall, ToolResult, Turn, TurnRole};
@@ -91,52 +92,59 @@ fn call_id(call: &Message) -> String {
 }
 
 /// Turn `messages` (phased order) into a conversation; see the module documentation for the rules.
-pub fn history_to_conversation(messages: &[Message], options: &HistoryOptions<'_>) -> Conversation {
-    let by_id: HashMap<&MessageId, &Message> = messages.iter().map(|message| (&message.id, message)).collect();
-    let root_of = |message: &Message| kesoku_core::history::turn_root(message, &by_id).clone();
+///
+/// Takes owned messages or references (`&[Message]`, `&[&Message]`), so a caller that adds a
+/// few messages of its own to a stored history need not copy the history.
+pub fn history_to_conversation<M: Borrow<Message>>(messages: &[M], options: &HistoryOptions<'_>) -> Conversation {
+    let mut by_id: HashMap<&MessageId, &Message> = HashMap::default();
+    by_id.reserve(messages.len());
+    by_id.extend(messages.iter().map(|message| (&message.borrow().id, message.borrow())));
 
     let mut system_parts = Vec::new();
-    let mut kept: Vec<(&Message, MessageId)> = Vec::new();
+    let mut kept: Vec<(&Message, &MessageId)> = Vec::with_capacity(messages.len());
     for message in messages {
+        let message = message.borrow();
         if is_system_prompt(message) {
             if !message.content.trim().is_empty() {
                 system_parts.push(message.content.clone());
             }
         } else if !message.is_notification() {
-            kept.push((message, root_of(message)));
+            kept.push((message, kesoku_core::history::turn_root(message, &by_id)));
         }
     }
 
     // Results are placed after their calls, wherever they were stored: find them by the call's
     // message id (their parent), or by the provider's call id.
-    let mut result_by_call_message: HashMap<&MessageId, &Message> = HashMap::new();
-    let mut result_by_call_id: HashMap<String, &Message> = HashMap::new();
+    let mut result_by_call_message: HashMap<&MessageId, &Message> = HashMap::default();
+    let mut result_by_call_id: HashMap<&str, &Message> = HashMap::default();
     for (message, _) in &kept {
         if message.message_type == MessageType::ToolResult {
             if let Some(parent) = &message.parent_id {
                 result_by_call_message.entry(parent).or_insert(message);
             }
             if let Some(id) = &message.metadata.tool_call_id {
-                result_by_call_id.entry(id.clone()).or_insert(message);
+                result_by_call_id.entry(id.as_str()).or_insert(message);
             }
         }
     }
+    let results = Results { by_call_message: &result_by_call_message, by_call_id: &result_by_call_id };
 
     let mut builder = TurnBuilder::default();
     let mut index = 0;
     while index < kept.len() {
         // A group: one root message alone, or the consecutive messages of one model step.
-        let (first, first_root) = &kept[index];
-        let key = (first_root.clone(), first.step);
+        let (first, first_root) = kept[index];
         let mut end = index + 1;
         if first.parent_id.is_some() {
-            while end < kept.len() && kept[end].0.parent_id.is_some() && (kept[end].1.clone(), kept[end].0.step) == key
-            {
+            while end < kept.len() && {
+                let (next, next_root) = kept[end];
+                next.parent_id.is_some() && next.step == first.step && next_root == first_root
+            } {
                 end += 1;
             }
         }
         let active = options.active_root == Some(first_root);
-        emit_group(&kept[index..end], active, options, &result_by_call_message, &result_by_call_id, &mut builder);
+        emit_group(&kept[index..end], active, options, &results, &mut builder);
         index = end;
     }
 
@@ -147,12 +155,26 @@ pub fn history_to_conversation(messages: &[Message], options: &HistoryOptions<'_
     Conversation { system: (!system_parts.is_empty()).then(|| system_parts.join("\n\n")), turns }
 }
 
+/// Tool results by the message id of their call and by the provider's call id.
+struct Results<'h> {
+    by_call_message: &'h HashMap<&'h MessageId, &'h Message>,
+    by_call_id: &'h HashMap<&'h str, &'h Message>,
+}
+
+impl<'h> Results<'h> {
+    fn of(&self, call: &Message) -> Option<&'h Message> {
+        self.by_call_message
+            .get(&call.id)
+            .copied()
+            .or_else(|| call.metadata.tool_call_id.as_deref().and_then(|call_id| self.by_call_id.get(call_id).copied()))
+    }
+}
+
 fn emit_group(
-    group: &[(&Message, MessageId)],
+    group: &[(&Message, &MessageId)],
     active: bool,
     options: &HistoryOptions<'_>,
-    result_by_call_message: &HashMap<&MessageId, &Message>,
-    result_by_call_id: &HashMap<String, &Message>,
+    results: &Results<'_>,
     builder: &mut TurnBuilder,
 ) {
     let mut thoughts = Vec::new();
@@ -191,7 +213,7 @@ fn emit_group(
     for part in thoughts.into_iter().chain(texts) {
         builder.push(TurnRole::Model, part);
     }
-    let mut results = Vec::new();
+    let mut tool_results = Vec::with_capacity(calls.len());
     for call in &calls {
         let id = call_id(call);
         let name = call.metadata.tool_name.clone().unwrap_or_else(|| "unknown_tool".to_owned());
@@ -208,10 +230,7 @@ fn emit_group(
                 signature: call.metadata.thought_signature.clone(),
             }),
         );
-        let stored = result_by_call_message
-            .get(&call.id)
-            .or_else(|| call.metadata.tool_call_id.as_ref().and_then(|call_id| result_by_call_id.get(call_id)));
-        results.push(match stored {
+        tool_results.push(match results.of(call) {
             Some(result) => ToolResult {
                 call_id: id,
                 name,
@@ -226,7 +245,7 @@ fn emit_group(
             },
         });
     }
-    for result in results {
+    for result in tool_results {
         builder.push(TurnRole::User, Part::ToolResult(result));
     }
     for part in user_parts {

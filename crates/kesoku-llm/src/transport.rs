@@ -121,6 +121,19 @@ pub(crate) struct HttpCall {
 /// Reads a vendor's error body.
 pub(crate) type ErrorBodyParser = fn(&str) -> VendorError;
 
+/// The HTTP client of one model. A plain-`http://` endpoint (a local llama.cpp or Ollama server,
+/// the benchmarks' mock) gets a client without a root store: reading and parsing the system's
+/// root certificates costs a few milliseconds and about a megabyte, for nothing. (Clients are
+/// not shared between models: a pooled connection is tied to the runtime that opened it.)
+fn model_client(connect_timeout: Duration, tls: bool) -> Result<reqwest::Client, reqwest::Error> {
+    let mut builder = reqwest::Client::builder().connect_timeout(connect_timeout).no_proxy();
+    if !tls {
+        // A redirect to https would fail to verify; providers do not redirect.
+        builder = builder.tls_certs_only(std::iter::empty());
+    }
+    builder.build()
+}
+
 /// The client, limits and error context of one model.
 #[derive(Debug)]
 pub(crate) struct Transport {
@@ -134,10 +147,8 @@ impl Transport {
     pub fn new(name: &str, config: &ModelConfig, api_key: Option<Secret>) -> Result<Self, LlmError> {
         let config_error = |message: String| LlmError::new(LlmErrorKind::Config, message).with_model(name);
         let timeouts = config.timeouts.durations().map_err(config_error)?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            .no_proxy()
-            .build()
+        let tls = !config.effective_base_url().starts_with("http://");
+        let client = model_client(timeouts.connect, tls)
             .map_err(|error| config_error(format!("could not build the HTTP client: {error}")))?;
         Ok(Transport {
             client,

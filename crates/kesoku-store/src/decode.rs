@@ -35,6 +35,18 @@ pub(crate) trait BackendRow {
     fn opt_int(&self, column: &'static str) -> Result<Option<i64>, String>;
     fn opt_time(&self, column: &'static str) -> Result<Option<DateTime<Utc>>, String>;
     fn opt_json(&self, column: &'static str) -> Result<Option<Value>, String>;
+    /// A metadata column. The default goes through a JSON value; a backend holding the text
+    /// parses it straight into [`Metadata`].
+    fn opt_metadata(&self, column: &'static str) -> Result<Option<Metadata>, String> {
+        let Some(value) = self.opt_json(column)? else { return Ok(None) };
+        if value.as_object().is_some_and(serde_json::Map::is_empty) {
+            return Ok(Some(Metadata::default()));
+        }
+        let excerpt = excerpt(&value.to_string());
+        Metadata::from_value(value)
+            .map(Some)
+            .map_err(|error| format!("does not fit kesoku metadata ({error}): `{excerpt}`"))
+    }
 }
 
 /// One row being read, with what errors need to name it.
@@ -127,24 +139,54 @@ impl<'r, R: BackendRow> Cells<'r, R> {
     }
 
     fn metadata(&self) -> StoreResult<Metadata> {
-        let Some(value) = self.cell("metadata", self.row.opt_json("metadata"))? else {
-            return Ok(Metadata::default());
-        };
-        if value.as_object().is_some_and(serde_json::Map::is_empty) {
-            return Ok(Metadata::default());
-        }
-        let excerpt = excerpt(&value.to_string());
-        Metadata::from_value(value).map_err(|error| {
-            self.corrupt(format!("column `metadata` does not fit kesoku metadata ({error}): `{excerpt}`"))
-        })
+        Ok(self.cell("metadata", self.row.opt_metadata("metadata"))?.unwrap_or_default())
     }
 }
 
-/// Parse a stored UTC time text (SQLite).
+/// Parse a stored UTC time text (SQLite): the fixed-width form the store writes
+/// (`YYYY-MM-DDTHH:MM:SS.ffffffZ`) directly, anything else as RFC 3339.
 pub(crate) fn parse_time_text(text: &str) -> Result<DateTime<Utc>, String> {
+    if let Some(at) = parse_fixed_time(text.as_bytes()) {
+        return Ok(at);
+    }
     DateTime::parse_from_rfc3339(text)
         .map(|t| t.with_timezone(&Utc))
         .map_err(|error| format!("`{}` is not a time ({error})", excerpt(text)))
+}
+
+/// `YYYY-MM-DDTHH:MM:SS.ffffffZ`, or `None` for any other shape (or an impossible date).
+fn parse_fixed_time(text: &[u8]) -> Option<DateTime<Utc>> {
+    if text.len() != 27
+        || text[4] != b'-'
+        || text[7] != b'-'
+        || text[10] != b'T'
+        || text[13] != b':'
+        || text[16] != b':'
+        || text[19] != b'.'
+        || text[26] != b'Z'
+    {
+        return None;
+    }
+    let number = |range: std::ops::Range<usize>| -> Option<u32> {
+        text[range]
+            .iter()
+            .try_fold(0u32, |total, &digit| digit.is_ascii_digit().then(|| total * 10 + u32::from(digit - b'0')))
+    };
+    let date = chrono::NaiveDate::from_ymd_opt(i32::try_from(number(0..4)?).ok()?, number(5..7)?, number(8..10)?)?;
+    let time =
+        chrono::NaiveTime::from_hms_micro_opt(number(11..13)?, number(14..16)?, number(17..19)?, number(20..26)?)?;
+    Some(date.and_time(time).and_utc())
+}
+
+/// Parse stored metadata JSON text straight into [`Metadata`] (SQLite).
+pub(crate) fn parse_metadata_text(text: &str) -> Result<Metadata, String> {
+    if text == "{}" || text == "null" {
+        return Ok(Metadata::default());
+    }
+    serde_json::from_str(text).map_err(|error| match serde_json::from_str::<Value>(text) {
+        Ok(value) => format!("does not fit kesoku metadata ({error}): `{}`", excerpt(&value.to_string())),
+        Err(_) => format!("`{}` is not JSON ({error})", excerpt(text)),
+    })
 }
 
 /// Parse stored metadata JSON text (SQLite).
@@ -228,4 +270,50 @@ pub(crate) fn ledger_entry<R: BackendRow>(row: &R) -> StoreResult<LedgerEntry> {
 /// stored as `i64::MAX` rather than failing the write.
 pub(crate) fn count(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::TimeZone;
+
+    use super::*;
+
+    #[test]
+    fn stored_times_parse_on_the_fast_path_and_others_still_parse() {
+        let at = Utc.with_ymd_and_hms(2026, 12, 3, 14, 5, 9).single().expect("a time")
+            + chrono::Duration::microseconds(123_456);
+        assert_eq!(parse_fixed_time(b"2026-12-03T14:05:09.123456Z"), Some(at));
+        assert_eq!(parse_time_text("2026-12-03T14:05:09.123456Z"), Ok(at));
+        // Other RFC 3339 shapes (another writer, an older version) take the general parser.
+        assert_eq!(parse_fixed_time(b"2026-12-03T15:05:09.123456+01:00"), None);
+        assert_eq!(parse_time_text("2026-12-03T15:05:09.123456+01:00"), Ok(at));
+        // Impossible dates and stray characters are errors, not panics or guesses.
+        assert_eq!(parse_fixed_time(b"2026-02-30T14:05:09.123456Z"), None);
+        assert!(parse_time_text("2026-02-30T14:05:09.123456Z").is_err());
+        assert!(parse_time_text("2026-12-03T14:05:0x.123456Z").is_err());
+        assert!(parse_time_text("2026-12-03T24:05:09.123456Z").is_err());
+    }
+
+    #[test]
+    fn metadata_text_keeps_known_and_unknown_keys() {
+        let metadata = parse_metadata_text(
+            r#"{"tool_name":"read_file","tool_arguments":{"path":"a"},"tool_error":null,"wechat_cronjob":true}"#,
+        )
+        .expect("metadata");
+        assert_eq!(metadata.tool_name.as_deref(), Some("read_file"));
+        assert_eq!(metadata.tool_arguments, Some(serde_json::json!({"path": "a"})));
+        assert_eq!(metadata.tool_error, None);
+        assert_eq!(metadata.extra.get("wechat_cronjob"), Some(&Value::Bool(true)));
+        // The same text through a JSON value gives the same metadata.
+        let via_value = Metadata::from_value(serde_json::json!({
+            "tool_name": "read_file", "tool_arguments": {"path": "a"}, "tool_error": null, "wechat_cronjob": true
+        }))
+        .expect("metadata");
+        assert_eq!(metadata, via_value);
+        assert_eq!(parse_metadata_text("{}"), Ok(Metadata::default()));
+        let wrong_type = parse_metadata_text(r#"{"tool_name":7}"#).expect_err("a number is not a tool name");
+        assert!(wrong_type.contains("does not fit kesoku metadata"), "{wrong_type}");
+        let not_json = parse_metadata_text("{oops").expect_err("not JSON");
+        assert!(not_json.contains("is not JSON"), "{not_json}");
+    }
 }

@@ -35,6 +35,7 @@ mod clock;
 mod common;
 mod decode;
 mod error;
+mod history_cache;
 mod migrate;
 mod postgres;
 mod sql;

@@ -44,6 +44,7 @@ use crate::clock::{Clock, truncate};
 use crate::common::{OpenMode, check_claim, event, first_repeated_id, not_found, stamp};
 use crate::decode::{self, BackendRow, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
+use crate::history_cache::{HistoryCache, PhasedKey, RowReader};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
 use crate::sql::{Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, Query, SESSION_COLUMNS, SESSION_COLUMNS_S};
 use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
@@ -118,6 +119,8 @@ struct Engine {
     reads: Option<Sender<Inbox<ReadJob>>>,
     /// The file path (or `:memory:`), for errors and logs.
     location: Arc<str>,
+    /// Long sessions' decoded histories, brought forward by revision on each read.
+    history: Arc<HistoryCache>,
 }
 
 /// A store in one SQLite file (or in memory). Clones share the connections.
@@ -160,7 +163,7 @@ impl SqliteStore {
         .map_err(|error| closed(&format!("opening the in-memory store failed: {error}")))??;
         let location: Arc<str> = Arc::from(":memory:");
         let writes = start_writer(conn, &location);
-        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: None, location }), clock })
+        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: None, location, history: Arc::default() }), clock })
     }
 
     /// Use `clock` for every timestamp this store writes and for orphan ages.
@@ -211,7 +214,8 @@ impl SqliteStore {
             .map_err(|error| closed(&format!("opening the store failed: {error}")))??;
         let writes = start_writer(writer, &location);
         let reads = start_readers(readers, &location);
-        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: Some(reads), location }), clock })
+        let history = Arc::default();
+        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: Some(reads), location, history }), clock })
     }
 
     /// Run `work` in the writer's next batch; its result comes back once the batch committed.
@@ -515,15 +519,26 @@ fn closed(reason: &str) -> StoreError {
 struct SqlRow<'r, 's> {
     row: &'r rusqlite::Row<'s>,
     columns: &'static [&'static str],
+    /// Where the next column is looked for first: decoders read columns in query order.
+    next: std::cell::Cell<usize>,
 }
 
-impl SqlRow<'_, '_> {
+impl<'r, 's> SqlRow<'r, 's> {
+    fn new(row: &'r rusqlite::Row<'s>, columns: &'static [&'static str]) -> Self {
+        SqlRow { row, columns, next: std::cell::Cell::new(0) }
+    }
+
     fn value(&self, column: &'static str) -> Result<ValueRef<'_>, String> {
-        let index = self
-            .columns
-            .iter()
-            .position(|name| *name == column)
-            .ok_or_else(|| format!("the query has no column `{column}`"))?;
+        let hint = self.next.get();
+        let index = if self.columns.get(hint) == Some(&column) {
+            hint
+        } else {
+            self.columns
+                .iter()
+                .position(|name| *name == column)
+                .ok_or_else(|| format!("the query has no column `{column}`"))?
+        };
+        self.next.set(index + 1);
         self.row.get_ref(index).map_err(|error| error.to_string())
     }
 }
@@ -576,6 +591,10 @@ impl BackendRow for SqlRow<'_, '_> {
         }
         self.opt_str(column)?.map(|text| decode::parse_json_text(&text)).transpose()
     }
+
+    fn opt_metadata(&self, column: &'static str) -> Result<Option<kesoku_core::Metadata>, String> {
+        self.opt_str(column)?.map(|text| decode::parse_metadata_text(&text)).transpose()
+    }
 }
 
 /// How errors name a store file.
@@ -609,7 +628,7 @@ fn messages_in(conn: &Connection, query: &Query) -> StoreResult<Vec<StoredMessag
     let mut rows = statement.query(params_from_iter(values.iter()))?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
-        out.push(decode::message(&SqlRow { row, columns: MESSAGE_NAMES })?);
+        out.push(decode::message(&SqlRow::new(row, MESSAGE_NAMES))?);
     }
     Ok(out)
 }
@@ -618,7 +637,7 @@ fn fetch_message(conn: &Connection, id: &str) -> StoreResult<Option<StoredMessag
     let mut statement = conn.prepare_cached(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?1"))?;
     let mut rows = statement.query(params![id])?;
     match rows.next()? {
-        Some(row) => Ok(Some(decode::message(&SqlRow { row, columns: MESSAGE_NAMES })?)),
+        Some(row) => Ok(Some(decode::message(&SqlRow::new(row, MESSAGE_NAMES))?)),
         None => Ok(None),
     }
 }
@@ -628,7 +647,7 @@ fn update_returning(conn: &Connection, sql: &str, values: &[SqlValue]) -> StoreR
     let mut statement = conn.prepare_cached(sql)?;
     let mut rows = statement.query(params_from_iter(values.iter()))?;
     let row = match rows.next()? {
-        Some(row) => Some(decode::message(&SqlRow { row, columns: MESSAGE_NAMES })?),
+        Some(row) => Some(decode::message(&SqlRow::new(row, MESSAGE_NAMES))?),
         None => None,
     };
     Ok(row)
@@ -678,6 +697,50 @@ fn insert_in(conn: &Connection, stored: &Message, rev: Option<i64>) -> StoreResu
         conn.prepare_cached("UPDATE messages SET turn_seq = seq WHERE seq = ?1")?.execute(params![seq])?;
     }
     Ok(MessageEvent { rev, created: true, message: stored.clone() })
+}
+
+/// A session's rows with their phased keys, for the history cache.
+struct HistoryRows;
+
+impl HistoryRows {
+    fn rows(conn: &Connection, sql: &str, values: &[SqlValue]) -> StoreResult<Vec<(PhasedKey, Message)>> {
+        let mut statement = conn.prepare_cached(sql)?;
+        let mut rows = statement.query(params_from_iter(values.iter()))?;
+        let mut out = Vec::new();
+        let extra = MESSAGE_NAMES.len();
+        while let Some(row) = rows.next()? {
+            let message = decode::message(&SqlRow::new(row, MESSAGE_NAMES))?.message;
+            let turn_seq: Option<i64> = row.get(extra)?;
+            let key = (turn_seq.unwrap_or(i64::MIN), row.get(extra + 1)?, row.get(extra + 2)?, row.get(extra + 3)?);
+            out.push((key, message));
+        }
+        Ok(out)
+    }
+}
+
+impl RowReader for HistoryRows {
+    fn all(&self, conn: &Connection, session_id: &SessionId) -> StoreResult<Vec<(PhasedKey, Message)>> {
+        // Read in the order of the `messages_phased` index: no join, no sort.
+        let sql = format!(
+            "SELECT {MESSAGE_COLUMNS}, turn_seq, step, phase, seq FROM messages WHERE session_id = ?1 \
+             ORDER BY turn_seq, step, phase, seq"
+        );
+        Self::rows(conn, &sql, &[SqlValue::Text(session_id.as_str().to_owned())])
+    }
+
+    fn changed_since(
+        &self,
+        conn: &Connection,
+        session_id: &SessionId,
+        rev: i64,
+    ) -> StoreResult<Vec<(PhasedKey, Message)>> {
+        // Through the revision index: the rows changed since, of every session, filtered.
+        let sql = format!(
+            "SELECT {MESSAGE_COLUMNS}, turn_seq, step, phase, seq FROM messages INDEXED BY messages_rev \
+             WHERE rev > ?2 AND session_id = ?1"
+        );
+        Self::rows(conn, &sql, &[SqlValue::Text(session_id.as_str().to_owned()), SqlValue::Integer(rev)])
+    }
 }
 
 /// Tables and schema version, read without writing anything.
@@ -870,7 +933,7 @@ impl Store for SqliteStore {
                 conn.prepare_cached("SELECT id, status, claimed_by, claimed_at FROM messages WHERE id = ?1")?;
             let mut rows = statement.query(params![id])?;
             let Some(row) = rows.next()? else { return Err(not_found("message", &id)) };
-            let row = SqlRow { row, columns: CLAIM_NAMES };
+            let row = SqlRow::new(row, CLAIM_NAMES);
             let cells = Cells::new(&row, "messages")?;
             cells.claim()
         })
@@ -902,14 +965,9 @@ impl Store for SqliteStore {
     }
 
     async fn session_history(&self, session_id: &SessionId) -> StoreResult<Vec<Message>> {
-        let query = Query::with_args(
-            // Read in the order of the `messages_phased` index: no join, no sort.
-            &format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY turn_seq, step, phase, seq"
-            ),
-            vec![Arg::Text(session_id.as_str().to_owned())],
-        );
-        Ok(self.read_messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        let cache = Arc::clone(&self.engine.history);
+        let session_id = session_id.clone();
+        self.read(move |conn| cache.read(conn, &session_id, &HistoryRows)).await
     }
 
     async fn recover_orphans(&self, older_than: Duration) -> StoreResult<Vec<MessageId>> {
@@ -966,7 +1024,7 @@ impl Store for SqliteStore {
                 conn.prepare_cached(&format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"))?;
             let mut rows = statement.query(params![id])?;
             match rows.next()? {
-                Some(row) => Ok(Some(decode::session(&SqlRow { row, columns: SESSION_NAMES })?)),
+                Some(row) => Ok(Some(decode::session(&SqlRow::new(row, SESSION_NAMES))?)),
                 None => Ok(None),
             }
         })
@@ -988,7 +1046,7 @@ impl Store for SqliteStore {
             let mut rows = statement.query(params_from_iter(values.iter()))?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
-                out.push(decode::session(&SqlRow { row, columns: SESSION_NAMES })?);
+                out.push(decode::session(&SqlRow::new(row, SESSION_NAMES))?);
             }
             Ok(out)
         })
@@ -1081,7 +1139,7 @@ fn active_in(conn: &Connection, chatbot_id: &str, channel_id: &str) -> StoreResu
     ))?;
     let mut rows = statement.query(params![chatbot_id, channel_id])?;
     match rows.next()? {
-        Some(row) => Ok(Some(decode::session(&SqlRow { row, columns: SESSION_NAMES })?)),
+        Some(row) => Ok(Some(decode::session(&SqlRow::new(row, SESSION_NAMES))?)),
         None => Ok(None),
     }
 }
@@ -1091,7 +1149,7 @@ fn ledger_rows(conn: &Connection, text: &str, values: &[SqlValue]) -> StoreResul
     let mut rows = statement.query(params_from_iter(values.iter()))?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
-        out.push(decode::ledger_entry(&SqlRow { row, columns: LEDGER_NAMES })?);
+        out.push(decode::ledger_entry(&SqlRow::new(row, LEDGER_NAMES))?);
     }
     Ok(out)
 }

@@ -30,6 +30,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::OnceLock;
 
 use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -152,7 +153,7 @@ pub fn default_blocklist() -> Vec<CommandPattern> {
         // Writing to a raw disk device.
         r"(\bof=|>\s*)/dev/(sd[a-z]|nvme\d|hd[a-z]|vd[a-z]|xvd[a-z]|mmcblk\d)",
     ];
-    PATTERNS.iter().filter_map(|source| CommandPattern::new(source).ok()).collect()
+    PATTERNS.iter().map(|source| CommandPattern::builtin(source)).collect()
 }
 
 /// The `[tools.files]` section.
@@ -172,21 +173,29 @@ impl Default for FilesConfig {
     }
 }
 
-/// A regular expression over shell commands, compiled when the config is parsed.
+/// A regular expression over shell commands. One from the config is compiled when the config
+/// is parsed (a bad pattern is a config error); the built-in defaults, known to compile, are
+/// compiled on first use, so commands that never run a shell command never pay for them.
 #[derive(Clone)]
 pub struct CommandPattern {
     source: String,
-    anywhere: Regex,
-    whole: Regex,
+    /// `None` inside: the pattern does not compile (only possible for `whole`, in theory);
+    /// such a pattern refuses every command in a blocklist and allows none in an allowlist.
+    anywhere: OnceLock<Option<Regex>>,
+    whole: OnceLock<Option<Regex>>,
 }
 
 impl CommandPattern {
     pub fn new(source: &str) -> Result<Self, regex::Error> {
-        Ok(Self {
-            source: source.to_owned(),
-            anywhere: Regex::new(source)?,
-            whole: Regex::new(&format!("^(?:{source})$"))?,
-        })
+        let pattern = Self::builtin(source);
+        let anywhere = Regex::new(source)?;
+        let _ = pattern.anywhere.set(Some(anywhere));
+        Ok(pattern)
+    }
+
+    /// A pattern compiled on first use (for the built-in defaults, tested to compile).
+    fn builtin(source: &str) -> Self {
+        Self { source: source.to_owned(), anywhere: OnceLock::new(), whole: OnceLock::new() }
     }
 
     /// The pattern as written in the config.
@@ -196,12 +205,15 @@ impl CommandPattern {
 
     /// Whether the pattern occurs anywhere in `command` (blocklist semantics).
     pub fn is_found_in(&self, command: &str) -> bool {
-        self.anywhere.is_match(command)
+        self.anywhere.get_or_init(|| Regex::new(&self.source).ok()).as_ref().is_none_or(|regex| regex.is_match(command))
     }
 
     /// Whether the pattern matches all of `command` (allowlist semantics).
     pub fn matches_whole(&self, command: &str) -> bool {
-        self.whole.is_match(command)
+        self.whole
+            .get_or_init(|| Regex::new(&format!("^(?:{})$", self.source)).ok())
+            .as_ref()
+            .is_some_and(|regex| regex.is_match(command))
     }
 }
 
@@ -292,5 +304,34 @@ impl ToolsConfig {
             return Err(invalid("files.max_read_chars", "must be at least 1000"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_pattern_compiles_both_ways() {
+        // The defaults are compiled on first use; a typo in one must fail here, not silently
+        // refuse every command in production.
+        for pattern in default_blocklist() {
+            let source = pattern.as_str();
+            assert!(Regex::new(source).is_ok(), "built-in pattern `{source}` does not compile");
+            assert!(Regex::new(&format!("^(?:{source})$")).is_ok(), "`{source}` does not compile anchored");
+        }
+        let patterns = default_blocklist();
+        assert!(patterns.iter().any(|p| p.is_found_in("rm -rf /")));
+        assert!(!patterns.iter().any(|p| p.is_found_in("git log --grep=reboot")));
+    }
+
+    #[test]
+    fn a_bad_pattern_from_the_config_is_an_error_when_parsed() {
+        let error = CommandPattern::new("(unclosed").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains("unclosed"), "{error}");
+        let pattern = CommandPattern::new(r"ls( -l)?").expect("valid");
+        assert!(pattern.matches_whole("ls -l"));
+        assert!(!pattern.matches_whole("ls -l; rm x"));
+        assert!(pattern.is_found_in("cd x && ls"));
     }
 }

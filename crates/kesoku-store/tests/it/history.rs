@@ -7,12 +7,13 @@ use kesoku_core::history::phased_order;
 use kesoku_core::{Message, MessageId, MessageType, Role, SessionId, Status};
 
 use crate::backend_tests;
-use crate::harness::{Backend, message, without_times};
+use crate::harness::{Backend, message, prompt, without_times};
 
 backend_tests!(
     spec_trajectories_come_back_in_phased_order,
     interruption_trajectory_replayed_through_the_store,
     history_matches_phased_order_on_random_trajectories,
+    a_long_history_read_again_and_again_follows_every_change,
 );
 
 fn fixture(name: &str) -> Vec<Message> {
@@ -181,4 +182,89 @@ async fn history_matches_phased_order_on_random_trajectories(b: &Backend) {
     assert!(sample.iter().any(|m| m.parent_id == Some(MessageId::from("msg_never_written"))));
     assert!(sample.iter().any(|m| m.message_type == MessageType::ToolResult && m.step > 0));
     assert!(sample.iter().any(|m| m.role == Role::System && m.parent_id.is_some()));
+}
+
+/// A long session (long enough for the SQLite store to keep its decoded history between reads)
+/// read after each round of changes: new turns, a late message placed inside an old turn,
+/// status and metadata changes of old rows, and writes by a second store on the same database
+/// (another process). Every read must equal the phased order of what is stored.
+async fn a_long_history_read_again_and_again_follows_every_change(b: &Backend) {
+    let session = "sess_long";
+    let mut rng = Rng(7);
+    let mut roots = Vec::new();
+    let mut answers = Vec::new();
+    let mut next_id = 0usize;
+    let mut id = |prefix: &str| {
+        next_id += 1;
+        format!("{prefix}_{next_id:05}")
+    };
+    let turn = |roots: &mut Vec<String>, answers: &mut Vec<String>, id: &mut dyn FnMut(&str) -> String| {
+        let root = id("user");
+        let call = id("call");
+        let result = id("result");
+        let answer = id("answer");
+        roots.push(root.clone());
+        answers.push(answer.clone());
+        let mut call_message =
+            message(&call, session, Some(&root), Role::Tool, MessageType::ToolCall, Status::Responded);
+        call_message.step = 1;
+        let mut result_message =
+            message(&result, session, Some(&call), Role::Tool, MessageType::ToolResult, Status::Responded);
+        result_message.step = 1;
+        let mut answer_message =
+            message(&answer, session, Some(&root), Role::Assistant, MessageType::Text, Status::Pending);
+        answer_message.step = 2;
+        vec![prompt(&root, session), call_message, result_message, answer_message]
+    };
+    let mut first = Vec::new();
+    for _ in 0..80 {
+        first.extend(turn(&mut roots, &mut answers, &mut id));
+    }
+    b.store.insert_messages(&first).await.expect("write 320 messages");
+    let other = b.place.open().await.expect("a second store on the same database");
+    let other_store = other.store();
+    let expect_exact = |round: usize, history: Vec<Message>, stored: Vec<Message>| {
+        let expected = phased_order(stored);
+        if history != expected {
+            let show = |list: &[Message]| {
+                list.iter().map(|m| format!("{}:{}", m.id.as_str(), m.status.as_str())).collect::<Vec<_>>()
+            };
+            panic!("round {round}:\n store: {:?}\n  core: {:?}", show(&history), show(&expected));
+        }
+    };
+    let session_id = SessionId::from(session);
+    for round in 0..12 {
+        let history = b.store.session_history(&session_id).await.expect("history");
+        let stored = b.store.list_messages(&kesoku_core::MessageFilter::session(&session_id)).await.expect("list");
+        assert!(stored.len() >= 320);
+        expect_exact(round, history, stored);
+        // The changes of this round, through this store or the other one.
+        let writer = if round % 3 == 2 { &other_store } else { &b.store };
+        let new_turn = turn(&mut roots, &mut answers, &mut id);
+        writer.insert_messages(&new_turn).await.expect("a new turn");
+        // A nudge arriving late in an old turn: its place is in the middle of the history.
+        let old_root = roots[rng.below(roots.len() / 2)].clone();
+        let mut late =
+            message(&id("late"), session, Some(&old_root), Role::System, MessageType::Text, Status::Responded);
+        late.step = 3;
+        writer.insert_message(&late).await.expect("a late message");
+        // Old answers delivered, and metadata changed on an old row.
+        for _ in 0..3 {
+            let answer = MessageId::from(answers[rng.below(answers.len())].as_str());
+            let current = writer.get_message(&answer).await.expect("get").expect("stored");
+            if current.status == Status::Pending {
+                writer.update_status(&answer, Status::Delivered).await.expect("deliver");
+            }
+        }
+        let root = MessageId::from(roots[rng.below(roots.len())].as_str());
+        let mut metadata = kesoku_core::Metadata::default();
+        metadata.extra.insert("round".to_owned(), serde_json::json!(round));
+        writer.update_metadata(&root, &metadata).await.expect("metadata");
+    }
+    let history = b.store.session_history(&session_id).await.expect("history");
+    let stored = b.store.list_messages(&kesoku_core::MessageFilter::session(&session_id)).await.expect("list");
+    assert_eq!(history.len(), 320 + 12 * 5);
+    assert!(history.iter().any(|m| m.metadata.extra.contains_key("round")));
+    expect_exact(12, history, stored);
+    other.close().await;
 }

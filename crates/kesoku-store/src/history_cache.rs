@@ -1,0 +1,260 @@
+//! The SQLite store's cache of long sessions' histories, kept current by revision.
+//!
+//! Every model call of a turn starts from the session's whole history in phased order. For a
+//! long session, decoding every row again is most of the cost (tens of milliseconds at 10,000
+//! messages), while between two turns only a handful of rows changed. So the store keeps the
+//! decoded history of its most recently read long sessions with the global revision it was read
+//! at; the next read, inside one read transaction (one snapshot), asks for the current revision
+//! and the session's rows changed since (`rev > seen`, on the `messages_rev` index), applies
+//! them, and answers from memory.
+//!
+//! Why this is exact, not "usually right": revisions are assigned inside the write lock as
+//! `MAX(rev) + 1`, so they follow commit order, in every process that shares the file; a
+//! snapshot that sees revision `R` has seen every change numbered `≤ R`, and every later change
+//! gets a number `> R`. Every change to a message row bumps its `rev` (inserts, statuses,
+//! metadata; claims' heartbeats change no message field). Messages are never deleted, and the
+//! phased key of a row (`turn_seq`, `step`, `phase`, `seq`) never changes after its insert, so a
+//! changed row replaces its old copy in place and a new row is put at its key's position.
+//!
+//! Bounds: only sessions of at least [`MIN_MESSAGES`] are kept (short ones read fast anyway,
+//! and a thousand idle sessions must stay cheap), at most [`MAX_SESSIONS`] of them and
+//! [`MAX_BYTES`] in all, least recently read first out. When more than [`MAX_DELTA`] revisions
+//! passed since a session was read, it is read whole again rather than through the index.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use kesoku_core::{Message, MessageId, SessionId};
+use rusqlite::{Connection, params};
+
+use crate::error::StoreResult;
+
+/// Shortest history worth keeping.
+pub(crate) const MIN_MESSAGES: usize = 256;
+/// Most sessions kept.
+pub(crate) const MAX_SESSIONS: usize = 16;
+/// Most bytes kept (estimated from content sizes), all sessions together.
+pub(crate) const MAX_BYTES: usize = 64 * 1024 * 1024;
+/// Most revisions a kept history is brought forward by through the index.
+pub(crate) const MAX_DELTA: i64 = 20_000;
+
+/// A row's place in phased order: `(turn_seq, step, phase, seq)`.
+pub(crate) type PhasedKey = (i64, i64, i64, i64);
+
+/// A session's history as of revision `seen_rev`.
+struct Entry {
+    seen_rev: i64,
+    keys: Vec<PhasedKey>,
+    messages: Vec<Message>,
+    positions: HashMap<MessageId, usize>,
+    bytes: usize,
+    last_read: u64,
+}
+
+impl Entry {
+    fn new(seen_rev: i64, rows: Vec<(PhasedKey, Message)>) -> Self {
+        let mut keys = Vec::with_capacity(rows.len());
+        let mut messages = Vec::with_capacity(rows.len());
+        for (key, message) in rows {
+            keys.push(key);
+            messages.push(message);
+        }
+        let positions = messages.iter().enumerate().map(|(index, m)| (m.id.clone(), index)).collect();
+        let bytes = messages.iter().map(estimated_bytes).sum();
+        Entry { seen_rev, keys, messages, positions, bytes, last_read: 0 }
+    }
+
+    /// Apply rows changed since `seen_rev` (in any order).
+    fn apply(&mut self, changed: Vec<(PhasedKey, Message)>) {
+        for (key, message) in changed {
+            if let Some(&index) = self.positions.get(&message.id) {
+                self.bytes = self.bytes + estimated_bytes(&message) - estimated_bytes(&self.messages[index]);
+                self.messages[index] = message;
+                continue;
+            }
+            self.bytes += estimated_bytes(&message);
+            // New rows almost always go last; a binary search places the others.
+            let at = if self.keys.last().is_none_or(|last| *last < key) {
+                self.keys.len()
+            } else {
+                self.keys.partition_point(|probe| *probe < key)
+            };
+            let last = at == self.keys.len();
+            self.keys.insert(at, key);
+            self.positions.insert(message.id.clone(), at);
+            self.messages.insert(at, message);
+            if !last {
+                // Everything after `at` moved one place: renumber before the next row is placed.
+                for (index, later) in self.messages.iter().enumerate().skip(at + 1) {
+                    self.positions.insert(later.id.clone(), index);
+                }
+            }
+        }
+    }
+}
+
+fn estimated_bytes(message: &Message) -> usize {
+    // The content plus the ids, names and metadata a message carries, roughly.
+    message.content.len() + 400
+}
+
+/// The cache; shared by the reader threads.
+#[derive(Default)]
+pub(crate) struct HistoryCache {
+    entries: Mutex<Entries>,
+}
+
+#[derive(Default)]
+struct Entries {
+    by_session: HashMap<SessionId, Entry>,
+    clock: u64,
+}
+
+/// How [`HistoryCache::read`] reads rows: everything of a session, or what changed since a revision.
+pub(crate) trait RowReader {
+    fn all(&self, conn: &Connection, session_id: &SessionId) -> StoreResult<Vec<(PhasedKey, Message)>>;
+    fn changed_since(
+        &self,
+        conn: &Connection,
+        session_id: &SessionId,
+        rev: i64,
+    ) -> StoreResult<Vec<(PhasedKey, Message)>>;
+}
+
+impl HistoryCache {
+    /// The session's history in phased order, read in one snapshot.
+    pub fn read(&self, conn: &Connection, session_id: &SessionId, rows: &impl RowReader) -> StoreResult<Vec<Message>> {
+        // A savepoint outside a transaction is a read transaction: both queries see one snapshot.
+        // (Inside the writer's batch, for an in-memory store, it nests.)
+        conn.execute_batch("SAVEPOINT kesoku_history")?;
+        let result = self.read_in_snapshot(conn, session_id, rows);
+        let released = conn.execute_batch("RELEASE kesoku_history");
+        let messages = result?;
+        released?;
+        Ok(messages)
+    }
+
+    fn read_in_snapshot(
+        &self,
+        conn: &Connection,
+        session_id: &SessionId,
+        rows: &impl RowReader,
+    ) -> StoreResult<Vec<Message>> {
+        let now = current_rev(conn)?;
+        // Take the entry out while reading, so the other reader is not held up.
+        let kept = self.lock().by_session.remove(session_id);
+        let mut entry = match kept {
+            Some(mut entry) if entry.seen_rev <= now && now - entry.seen_rev <= MAX_DELTA => {
+                if entry.seen_rev < now {
+                    entry.apply(rows.changed_since(conn, session_id, entry.seen_rev)?);
+                    entry.seen_rev = now;
+                }
+                entry
+            }
+            Some(_) | None => {
+                let all = rows.all(conn, session_id)?;
+                if all.len() < MIN_MESSAGES {
+                    return Ok(all.into_iter().map(|(_, message)| message).collect());
+                }
+                Entry::new(now, all)
+            }
+        };
+        let messages = entry.messages.clone();
+        let mut entries = self.lock();
+        // Another reader may have put a newer copy back meanwhile: keep the newer one.
+        if entries.by_session.get(session_id).is_none_or(|other| other.seen_rev < entry.seen_rev) {
+            entries.clock += 1;
+            entry.last_read = entries.clock;
+            if entry.bytes <= MAX_BYTES / 2 {
+                entries.by_session.insert(session_id.clone(), entry);
+            }
+            entries.evict();
+        }
+        Ok(messages)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl Entries {
+    fn evict(&mut self) {
+        loop {
+            let bytes: usize = self.by_session.values().map(|entry| entry.bytes).sum();
+            if self.by_session.len() <= MAX_SESSIONS && bytes <= MAX_BYTES {
+                return;
+            }
+            let oldest = self.by_session.iter().min_by_key(|(_, entry)| entry.last_read).map(|(id, _)| id.clone());
+            match oldest {
+                Some(id) => {
+                    self.by_session.remove(&id);
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+/// The revision query both readers use.
+pub(crate) fn current_rev(conn: &Connection) -> StoreResult<i64> {
+    Ok(conn.prepare_cached("SELECT COALESCE(MAX(rev), 0) FROM messages")?.query_row(params![], |row| row.get(0))?)
+}
+
+#[cfg(test)]
+mod tests {
+    use kesoku_core::{MessageType, Role, Status};
+
+    use super::*;
+
+    fn row(id: &str, key: PhasedKey, content: &str) -> (PhasedKey, Message) {
+        let mut message = Message::user_text(&SessionId::from("s"), "cli", "cli", "User", content);
+        message.id = MessageId::from(id);
+        message.role = Role::User;
+        message.message_type = MessageType::Text;
+        (key, message)
+    }
+
+    #[test]
+    fn changed_rows_replace_and_new_rows_land_at_their_key() {
+        let mut entry =
+            Entry::new(10, vec![row("a", (1, 0, 0, 1), "a"), row("b", (1, 1, 2, 2), "b"), row("c", (3, 0, 0, 3), "c")]);
+        let mut changed_b = row("b", (1, 1, 2, 2), "b, longer now");
+        changed_b.1.status = Status::Delivered;
+        entry.apply(vec![
+            row("d", (4, 0, 0, 5), "d"),
+            // A late message of the first turn: between `b` and `c`.
+            row("late", (1, 3, 5, 4), "late"),
+            changed_b,
+            // Changed after the insert moved it one place.
+            row("c", (3, 0, 0, 3), "c, changed"),
+        ]);
+        let ids: Vec<&str> = entry.messages.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["a", "b", "late", "c", "d"]);
+        assert!(entry.keys.windows(2).all(|pair| pair[0] < pair[1]));
+        assert_eq!(entry.messages[1].content, "b, longer now");
+        assert_eq!(entry.messages[1].status, Status::Delivered);
+        assert_eq!(entry.messages[3].content, "c, changed");
+        for (index, message) in entry.messages.iter().enumerate() {
+            assert_eq!(entry.positions.get(&message.id), Some(&index), "position of {}", message.id);
+        }
+        let expected: usize = entry.messages.iter().map(estimated_bytes).sum();
+        assert_eq!(entry.bytes, expected);
+    }
+
+    #[test]
+    fn the_least_recently_read_sessions_go_first() {
+        let mut entries = Entries::default();
+        for index in 0..MAX_SESSIONS + 3 {
+            let mut entry = Entry::new(1, vec![row(&format!("m{index}"), (1, 0, 0, 1), "x")]);
+            entry.last_read = index as u64;
+            entries.by_session.insert(SessionId::from(format!("s{index}").as_str()), entry);
+        }
+        entries.evict();
+        assert_eq!(entries.by_session.len(), MAX_SESSIONS);
+        for gone in 0..3 {
+            assert!(!entries.by_session.contains_key(&SessionId::from(format!("s{gone}").as_str())));
+        }
+        assert!(entries.by_session.contains_key(&SessionId::from(format!("s{}", MAX_SESSIONS + 2).as_str())));
+    }
+}
