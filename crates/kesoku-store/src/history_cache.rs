@@ -24,7 +24,7 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use kesoku_core::{Message, MessageId, SessionId};
+use kesoku_core::{Message, SessionId};
 use rusqlite::{Connection, params};
 
 use crate::error::StoreResult;
@@ -46,7 +46,8 @@ struct Entry {
     seen_rev: i64,
     keys: Vec<PhasedKey>,
     messages: Vec<Message>,
-    positions: HashMap<MessageId, usize>,
+    /// Index of each row by its `seq` (unique, and an integer: no id copies).
+    positions: HashMap<i64, usize>,
     bytes: usize,
     last_read: u64,
 }
@@ -59,7 +60,7 @@ impl Entry {
             keys.push(key);
             messages.push(message);
         }
-        let positions = messages.iter().enumerate().map(|(index, m)| (m.id.clone(), index)).collect();
+        let positions = keys.iter().enumerate().map(|(index, key)| (key.3, index)).collect();
         let bytes = messages.iter().map(estimated_bytes).sum();
         Entry { seen_rev, keys, messages, positions, bytes, last_read: 0 }
     }
@@ -67,7 +68,7 @@ impl Entry {
     /// Apply rows changed since `seen_rev` (in any order).
     fn apply(&mut self, changed: Vec<(PhasedKey, Message)>) {
         for (key, message) in changed {
-            if let Some(&index) = self.positions.get(&message.id) {
+            if let Some(&index) = self.positions.get(&key.3) {
                 self.bytes = self.bytes + estimated_bytes(&message) - estimated_bytes(&self.messages[index]);
                 self.messages[index] = message;
                 continue;
@@ -81,12 +82,12 @@ impl Entry {
             };
             let last = at == self.keys.len();
             self.keys.insert(at, key);
-            self.positions.insert(message.id.clone(), at);
+            self.positions.insert(key.3, at);
             self.messages.insert(at, message);
             if !last {
                 // Everything after `at` moved one place: renumber before the next row is placed.
-                for (index, later) in self.messages.iter().enumerate().skip(at + 1) {
-                    self.positions.insert(later.id.clone(), index);
+                for (index, later) in self.keys.iter().enumerate().skip(at + 1) {
+                    self.positions.insert(later.3, index);
                 }
             }
         }
@@ -203,7 +204,7 @@ pub(crate) fn current_rev(conn: &Connection) -> StoreResult<i64> {
 
 #[cfg(test)]
 mod tests {
-    use kesoku_core::{MessageType, Role, Status};
+    use kesoku_core::{MessageId, MessageType, Role, Status};
 
     use super::*;
 
@@ -235,8 +236,8 @@ mod tests {
         assert_eq!(entry.messages[1].content, "b, longer now");
         assert_eq!(entry.messages[1].status, Status::Delivered);
         assert_eq!(entry.messages[3].content, "c, changed");
-        for (index, message) in entry.messages.iter().enumerate() {
-            assert_eq!(entry.positions.get(&message.id), Some(&index), "position of {}", message.id);
+        for (index, key) in entry.keys.iter().enumerate() {
+            assert_eq!(entry.positions.get(&key.3), Some(&index), "position of seq {}", key.3);
         }
         let expected: usize = entry.messages.iter().map(estimated_bytes).sum();
         assert_eq!(entry.bytes, expected);

@@ -54,9 +54,11 @@ pub async fn run(backend: &Backend, scale: Scale) -> anyhow::Result<Measured> {
         let started = Instant::now();
         let history = store.session_history(&session.id).await?;
         let loaded = started.elapsed();
-        let mut all = Vec::with_capacity(history.len() + 1);
-        all.push(Message::system_prompt(&session.id, "You are Kesoku."));
-        all.extend(history);
+        // As the turn loop does it: the system prompt in front, the history borrowed.
+        let system_prompt = Message::system_prompt(&session.id, "You are Kesoku.");
+        let mut all: Vec<&Message> = Vec::with_capacity(history.len() + 1);
+        all.push(&system_prompt);
+        all.extend(history.iter());
         let options = HistoryOptions { active_root: Some(&last_root), attachment_base: None };
         let conversation = history_to_conversation(&all, &options);
         let finished = started.elapsed();
