@@ -517,30 +517,37 @@ impl Agent {
     /// Run one activation to its end and record the outcome.
     pub async fn run_activation(&self, activation: &Activation) {
         let ledger = &self.inner.deps.ledger;
-        if let Err(error) = ledger.record_started(&activation.id, Utc::now()).await {
-            tracing::error!(%error, "recording an activation start failed");
-        }
-        let max_depth = self.inner.deps.config.max_depth;
-        let (outcome, error, usage) = match &activation.payload {
-            // Depth is a guardrail in the contract, not in the prompt: a chain of agents that went
-            // too deep stops here, before any model call.
-            _ if activation.depth > max_depth => (
-                Outcome::LimitExceeded,
-                Some(format!("depth limit of {max_depth} (this activation is at depth {})", activation.depth)),
-                Usage::default(),
-            ),
-            ActivationPayload::Message { message_id } => self.run_message(activation, message_id).await,
-            ActivationPayload::Workflow { .. }
-            | ActivationPayload::FollowUp { .. }
-            | ActivationPayload::SubAgentResult { .. }
-            | ActivationPayload::BackgroundJobResult { .. }
-            | ActivationPayload::VoiceTranscript { .. }
-            | ActivationPayload::Maintenance { .. } => (
-                Outcome::Failed,
-                Some(format!("activations of kind `{}` are not handled by this version", activation.kind())),
-                Usage::default(),
-            ),
+        // The start is recorded while the turn loads its message (one store round trip less
+        // before the model call); the end is recorded after both.
+        let started = async {
+            if let Err(error) = ledger.record_started(&activation.id, Utc::now()).await {
+                tracing::error!(%error, "recording an activation start failed");
+            }
         };
+        let max_depth = self.inner.deps.config.max_depth;
+        let run = async {
+            match &activation.payload {
+                // Depth is a guardrail in the contract, not in the prompt: a chain of agents that went
+                // too deep stops here, before any model call.
+                _ if activation.depth > max_depth => (
+                    Outcome::LimitExceeded,
+                    Some(format!("depth limit of {max_depth} (this activation is at depth {})", activation.depth)),
+                    Usage::default(),
+                ),
+                ActivationPayload::Message { message_id } => self.run_message(activation, message_id).await,
+                ActivationPayload::Workflow { .. }
+                | ActivationPayload::FollowUp { .. }
+                | ActivationPayload::SubAgentResult { .. }
+                | ActivationPayload::BackgroundJobResult { .. }
+                | ActivationPayload::VoiceTranscript { .. }
+                | ActivationPayload::Maintenance { .. } => (
+                    Outcome::Failed,
+                    Some(format!("activations of kind `{}` are not handled by this version", activation.kind())),
+                    Usage::default(),
+                ),
+            }
+        };
+        let ((), (outcome, error, usage)) = tokio::join!(started, run);
         metrics::counter!("kesoku_turns_total", "outcome" => outcome.as_str(), "lane" => activation.lane.as_str())
             .increment(1);
         if let Err(record_error) =
@@ -678,14 +685,19 @@ impl Agent {
     ) -> Result<(Outcome, Option<String>, Usage), AgentError> {
         let deps = &self.inner.deps;
         let gateway = &deps.gateway;
-        if gateway.store().get_session(&root.session_id).await?.is_none() {
+        // The session and its history are read at once (two readers), not one after the other.
+        let (session, history) = tokio::join!(
+            gateway.store().get_session(&root.session_id),
+            gateway.store().session_history(&root.session_id)
+        );
+        if session?.is_none() {
             let detail = format!("session `{}` does not exist (missing session context)", root.session_id);
             self.fail_root(&root, activation, &detail, "this conversation's session is missing").await;
             return Ok((Outcome::Failed, Some(detail), Usage::default()));
         }
         let limits = deps.limits.for_lane(activation.lane);
         let context = ActivationContext::derive(activation, limits, deps.models.default_model());
-        let history = compaction::apply_summaries(gateway.store().session_history(&root.session_id).await?);
+        let history = compaction::apply_summaries(history?);
         let history = self.compact_if_needed(&context, &root, history).await?;
         let staging_dir = self.session_dir(&root.session_id);
         let now = Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string();
