@@ -27,7 +27,7 @@
 //! journal-mode change), and only an empty database or a Kesoku store is migrated.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -57,6 +57,8 @@ const READERS: usize = 2;
 const MAX_BATCH: usize = 512;
 /// How long a statement waits for another process's lock before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the checkpointer lets writes gather after being woken before it checkpoints.
+const CHECKPOINT_DELAY: Duration = Duration::from_millis(200);
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 128;
 
@@ -121,6 +123,8 @@ struct Engine {
     location: Arc<str>,
     /// Long sessions' decoded histories, brought forward by revision on each read.
     history: Arc<HistoryCache>,
+    /// The checkpoint thread (file stores in WAL mode); it ends after the writer.
+    checkpointer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 /// A store in one SQLite file (or in memory). Clones share the connections.
@@ -162,8 +166,9 @@ impl SqliteStore {
         .await
         .map_err(|error| closed(&format!("opening the in-memory store failed: {error}")))??;
         let location: Arc<str> = Arc::from(":memory:");
-        let writes = start_writer(conn, &location);
-        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: None, location, history: Arc::default() }), clock })
+        let writes = start_writer(conn, &location, None);
+        let engine = Engine { writes, reads: None, location, history: Arc::default(), checkpointer: Mutex::new(None) };
+        Ok(SqliteStore { engine: Arc::new(engine), clock })
     }
 
     /// Use `clock` for every timestamp this store writes and for orphan ages.
@@ -188,9 +193,14 @@ impl SqliteStore {
                 }
             }
         }
+        let checkpointer = self.engine.checkpointer.lock().unwrap_or_else(|p| p.into_inner()).take();
         let _ = tokio::task::spawn_blocking(move || {
             for wait in waits {
                 let _ = wait.recv();
+            }
+            // The writer is gone: the checkpoint thread does a last checkpoint and ends.
+            if let Some(handle) = checkpointer {
+                let _ = handle.join();
             }
         })
         .await;
@@ -209,13 +219,22 @@ impl SqliteStore {
         let clock = Clock::system();
         let now = clock.now();
         let owned_path = PathBuf::from(path);
-        let (writer, readers) = tokio::task::spawn_blocking(move || open_blocking(&owned_path, mode, &what, now))
-            .await
-            .map_err(|error| closed(&format!("opening the store failed: {error}")))??;
-        let writes = start_writer(writer, &location);
+        let (writer, readers, checkpointer) =
+            tokio::task::spawn_blocking(move || open_blocking(&owned_path, mode, &what, now))
+                .await
+                .map_err(|error| closed(&format!("opening the store failed: {error}")))??;
+        let (checkpoints, checkpointer) = match checkpointer.map(|conn| start_checkpointer(conn, &location)) {
+            Some((wake, handle)) => (Some(wake), handle),
+            None => (None, None),
+        };
+        let writes = start_writer(writer, &location, checkpoints);
         let reads = start_readers(readers, &location);
         let history = Arc::default();
-        Ok(SqliteStore { engine: Arc::new(Engine { writes, reads: Some(reads), location, history }), clock })
+        let checkpointer = Mutex::new(checkpointer);
+        Ok(SqliteStore {
+            engine: Arc::new(Engine { writes, reads: Some(reads), location, history, checkpointer }),
+            clock,
+        })
     }
 
     /// Run `work` in the writer's next batch; its result comes back once the batch committed.
@@ -300,7 +319,7 @@ fn open_blocking(
     mode: OpenMode,
     what: &str,
     now: DateTime<Utc>,
-) -> StoreResult<(Connection, Vec<Connection>)> {
+) -> StoreResult<(Connection, Vec<Connection>, Option<Connection>)> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if mode == OpenMode::CreateIfMissing {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
@@ -325,7 +344,25 @@ fn open_blocking(
         configure(&reader, false).map_err(|error| open_error_of(error, what))?;
         readers.push(reader);
     }
-    Ok((writer, readers))
+    // Checkpoints move the log back into the database file and sync it: milliseconds that,
+    // left automatic, land inside whichever commit crosses 1,000 pages (the slowest turns).
+    // A connection of their own does them beside the writer instead; without it they stay
+    // automatic.
+    let checkpointer = if journal.eq_ignore_ascii_case("wal") {
+        match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .and_then(|conn| conn.busy_timeout(BUSY_TIMEOUT).map(|()| conn))
+            .and_then(|conn| writer.execute_batch("PRAGMA wal_autocheckpoint = 0").map(|()| conn))
+        {
+            Ok(conn) => Some(conn),
+            Err(error) => {
+                tracing::warn!(%error, store = what, "no checkpoint connection; checkpoints stay automatic");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    Ok((writer, readers, checkpointer))
 }
 
 /// Settings of every connection (none of them writes to the file).
@@ -378,10 +415,10 @@ fn migrate_blocking(conn: &Connection, location: &str, now: DateTime<Utc>) -> St
     }
 }
 
-fn start_writer(conn: Connection, location: &Arc<str>) -> Sender<Inbox<WriteJob>> {
+fn start_writer(conn: Connection, location: &Arc<str>, checkpoints: Option<SyncSender<()>>) -> Sender<Inbox<WriteJob>> {
     let (sender, inbox) = std::sync::mpsc::channel();
     let name = format!("kesoku-sqlite-writer {location}");
-    let spawned = std::thread::Builder::new().name(name).spawn(move || writer_loop(conn, inbox));
+    let spawned = std::thread::Builder::new().name(name).spawn(move || writer_loop(conn, inbox, checkpoints));
     if let Err(error) = spawned {
         // The inbox is dropped with the closure: every write fails with "the store is closed".
         tracing::error!(%error, "cannot start the sqlite writer thread");
@@ -419,7 +456,44 @@ fn reader_loop(conn: Connection, inbox: &Mutex<Receiver<Inbox<ReadJob>>>) {
     }
 }
 
-fn writer_loop(conn: Connection, inbox: Receiver<Inbox<WriteJob>>) {
+/// The checkpoint thread: woken by the writer after its commits, it waits
+/// [`CHECKPOINT_DELAY`] for more, then runs a passive checkpoint (which never blocks the writer
+/// or the readers). It ends when the writer does. An idle store wakes nobody.
+fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (SyncSender<()>, Option<std::thread::JoinHandle<()>>) {
+    let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    let name = format!("kesoku-sqlite-checkpoint {location}");
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        while woken.recv().is_ok() {
+            // Let writes gather, unless the writer ends first (then checkpoint and stop).
+            let deadline = std::time::Instant::now() + CHECKPOINT_DELAY;
+            let ended = loop {
+                match woken.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
+                    Ok(()) => {}
+                    Err(RecvTimeoutError::Timeout) => break false,
+                    Err(RecvTimeoutError::Disconnected) => break true,
+                }
+            };
+            let result: Result<(i64, i64, i64), _> =
+                conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
+            if let Err(error) = result {
+                tracing::warn!(%error, "a background checkpoint failed; the next write tries again");
+            }
+            if ended {
+                return;
+            }
+        }
+    });
+    match spawned {
+        Ok(handle) => (wake, Some(handle)),
+        Err(error) => {
+            // The log then grows until the last connection closes (SQLite checkpoints it there).
+            tracing::error!(%error, "cannot start the sqlite checkpoint thread");
+            (wake, None)
+        }
+    }
+}
+
+fn writer_loop(conn: Connection, inbox: Receiver<Inbox<WriteJob>>, checkpoints: Option<SyncSender<()>>) {
     loop {
         let first = match inbox.recv() {
             Ok(Inbox::Job(job)) => job,
@@ -443,6 +517,10 @@ fn writer_loop(conn: Connection, inbox: Receiver<Inbox<WriteJob>>) {
             }
         }
         run_batch(&conn, jobs);
+        if let Some(checkpoints) = &checkpoints {
+            // Full means already woken.
+            let _ = checkpoints.try_send(());
+        }
         if let Some(done) = closing {
             drop(conn);
             let _ = done.send(());

@@ -244,3 +244,36 @@ async fn schema_version_is_the_last_migration() {
     assert_eq!(versions(&place).await.last().cloned(), Some(SCHEMA_VERSION.to_string()));
     assert_eq!(place.raw_strings("PRAGMA journal_mode").await, ["wal"]);
 }
+
+/// Checkpoints run beside the writer, not inside a commit: the log is copied back into the
+/// database file while the store stays open and idle, even for fewer pages than SQLite's
+/// automatic threshold (1,000), which the store turns off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_checkpointed_in_the_background() {
+    use kesoku_store::Store;
+
+    let (_dir, path) = temp_sqlite_path();
+    let store = SqliteStore::open(&path).await.expect("create");
+    let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let before = size();
+    let mut batch = Vec::new();
+    for index in 0..200 {
+        let mut message = prompt(&format!("msg_{index:04}"), "sess_checkpoint");
+        message.content = "x".repeat(2_000);
+        batch.push(message);
+    }
+    store.insert_messages(&batch).await.expect("write about 100 pages");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while size() <= before + 200 * 1_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the database file stayed at {} bytes (was {before}): nothing was checkpointed",
+            size()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // Still open and usable; the history reads what was written.
+    let history = store.session_history(&SessionId::from("sess_checkpoint")).await.expect("history");
+    assert_eq!(history.len(), 200);
+    store.close().await;
+}
