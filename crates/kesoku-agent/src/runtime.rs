@@ -575,7 +575,18 @@ impl Agent {
     ) -> Result<(Outcome, Option<String>, Usage), AgentError> {
         let gateway = &self.inner.deps.gateway;
         let store = gateway.store();
-        let Some(message) = store.get_message(message_id).await? else {
+        // Whether a newer human message waits on the channel (interrupt mode) is asked while the
+        // message itself is read: one store round trip instead of two before the claim.
+        let mode = self.inner.deps.config.queue_mode_for(&activation.chatbot_id, &activation.channel_id);
+        let newer = async {
+            if mode == QueueMode::Interrupt {
+                self.has_newer_waiting(&activation.session_id, &activation.channel_id, message_id).await
+            } else {
+                Ok(false)
+            }
+        };
+        let (message, newer) = tokio::join!(store.get_message(message_id), newer);
+        let Some(message) = message? else {
             return Ok((Outcome::Failed, Some(format!("message `{message_id}` does not exist")), Usage::default()));
         };
         // Access check at load time: the referenced message must belong to the activation's
@@ -593,8 +604,8 @@ impl Agent {
                 Usage::default(),
             ));
         }
-        let mode = self.inner.deps.config.queue_mode_for(&message.chatbot_id, &message.channel_id);
-        if is_human(&message) && mode == QueueMode::Interrupt && self.has_newer_waiting(&message).await? {
+        // (Past the access check, the activation's chatbot and channel are the message's.)
+        if is_human(&message) && mode == QueueMode::Interrupt && newer? {
             // Superseded before it started: the newer message's turn will see it in history.
             if gateway
                 .claim(&message.id, Status::Interrupted, &[Status::PendingAgent], &self.inner.worker_id)
@@ -659,21 +670,27 @@ impl Agent {
         token
     }
 
-    async fn has_newer_waiting(&self, message: &Message) -> Result<bool, AgentError> {
+    /// Whether a human message newer than `message_id` waits in the session's channel.
+    async fn has_newer_waiting(
+        &self,
+        session_id: &SessionId,
+        channel_id: &str,
+        message_id: &MessageId,
+    ) -> Result<bool, AgentError> {
         let waiting = self
             .inner
             .deps
             .gateway
             .store()
             .list_messages(
-                &MessageFilter::session(&message.session_id)
-                    .with_channel(&message.channel_id)
+                &MessageFilter::session(session_id)
+                    .with_channel(channel_id)
                     .with_statuses(&[Status::PendingAgent])
                     .with_roles(&[Role::User]),
             )
             .await?;
         // Listed in the order they were written: anything after ours is newer.
-        let position = waiting.iter().position(|m| m.id == message.id);
+        let position = waiting.iter().position(|m| &m.id == message_id);
         Ok(position.is_some_and(|p| waiting[p + 1..].iter().any(is_human)))
     }
 
