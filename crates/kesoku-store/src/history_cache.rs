@@ -34,7 +34,7 @@ pub(crate) const MIN_MESSAGES: usize = 256;
 /// Most sessions kept.
 pub(crate) const MAX_SESSIONS: usize = 16;
 /// Most bytes kept (estimated from content sizes), all sessions together.
-pub(crate) const MAX_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_BYTES: usize = 16 * 1024 * 1024;
 /// Most revisions a kept history is brought forward by through the index.
 pub(crate) const MAX_DELTA: i64 = 20_000;
 
