@@ -372,27 +372,8 @@ impl Agent {
         }
     }
 
-    /// Turn a pending message into an activation, record it, queue it, and stop an older turn
-    /// of the session when the channel's mode says so.
-    pub async fn enqueue(&self, message: &Message) -> Result<Option<ActivationId>, AgentError> {
-        let activation = match self.record(message).await {
-            Ok(Some(activation)) => activation,
-            Ok(None) => return Ok(None),
-            Err((_, error)) => {
-                lock(&self.inner.queued).remove(&message.id);
-                return Err(error);
-            }
-        };
-        let id = activation.id.clone();
-        if let Err(error) = self.dispatch(message, activation).await {
-            lock(&self.inner.queued).remove(&message.id);
-            return Err(error);
-        }
-        Ok(Some(id))
-    }
-
-    /// The first half of [`Agent::enqueue`]: the activation of `message`, written to the ledger;
-    /// `None` when the message is already queued.
+    /// Intake's first half: the activation of `message`, written to the ledger; `None` when the
+    /// message is already queued.
     async fn record(&self, message: &Message) -> Result<Option<Activation>, (MessageId, AgentError)> {
         if !lock(&self.inner.queued).insert(message.id.clone()) {
             return Ok(None);
@@ -404,8 +385,8 @@ impl Agent {
         }
     }
 
-    /// The second half: stop an older turn when the channel's mode says so, and queue the
-    /// activation.
+    /// Intake's second half, in arrival order: stop an older turn of the session when the
+    /// channel's mode says so, and queue the activation.
     async fn dispatch(&self, message: &Message, activation: Activation) -> Result<(), AgentError> {
         let mode = self.inner.deps.config.queue_mode_for(&message.chatbot_id, &message.channel_id);
         if is_human(message) && mode == QueueMode::Interrupt {

@@ -34,19 +34,9 @@ pub(crate) trait BackendRow {
     }
     fn opt_int(&self, column: &'static str) -> Result<Option<i64>, String>;
     fn opt_time(&self, column: &'static str) -> Result<Option<DateTime<Utc>>, String>;
-    fn opt_json(&self, column: &'static str) -> Result<Option<Value>, String>;
-    /// A metadata column. The default goes through a JSON value; a backend holding the text
-    /// parses it straight into [`Metadata`].
-    fn opt_metadata(&self, column: &'static str) -> Result<Option<Metadata>, String> {
-        let Some(value) = self.opt_json(column)? else { return Ok(None) };
-        if value.as_object().is_some_and(serde_json::Map::is_empty) {
-            return Ok(Some(Metadata::default()));
-        }
-        let excerpt = excerpt(&value.to_string());
-        Metadata::from_value(value)
-            .map(Some)
-            .map_err(|error| format!("does not fit kesoku metadata ({error}): `{excerpt}`"))
-    }
+    /// A metadata column (SQLite: JSON text, parsed straight into [`Metadata`]; PostgreSQL:
+    /// `jsonb`, through [`metadata_from_value`]).
+    fn opt_metadata(&self, column: &'static str) -> Result<Option<Metadata>, String>;
 }
 
 /// One row being read, with what errors need to name it.
@@ -184,14 +174,23 @@ pub(crate) fn parse_metadata_text(text: &str) -> Result<Metadata, String> {
         return Ok(Metadata::default());
     }
     serde_json::from_str(text).map_err(|error| match serde_json::from_str::<Value>(text) {
-        Ok(value) => format!("does not fit kesoku metadata ({error}): `{}`", excerpt(&value.to_string())),
+        Ok(value) => misfit(&error, &value),
         Err(_) => format!("`{}` is not JSON ({error})", excerpt(text)),
     })
 }
 
-/// Parse stored metadata JSON text (SQLite).
-pub(crate) fn parse_json_text(text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|error| format!("`{}` is not JSON ({error})", excerpt(text)))
+/// A stored metadata value read as [`Metadata`] (PostgreSQL).
+pub(crate) fn metadata_from_value(value: Value) -> Result<Metadata, String> {
+    if value.is_null() || value.as_object().is_some_and(serde_json::Map::is_empty) {
+        return Ok(Metadata::default());
+    }
+    // Read from a borrow, so the value is still there to quote when it does not fit.
+    serde::Deserialize::deserialize(&value).map_err(|error| misfit(&error, &value))
+}
+
+/// The reason given for JSON that is not kesoku metadata.
+fn misfit(error: &serde_json::Error, value: &Value) -> String {
+    format!("does not fit kesoku metadata ({error}): `{}`", excerpt(&value.to_string()))
 }
 
 /// The start of a bad value, for an error message.

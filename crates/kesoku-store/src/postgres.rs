@@ -344,8 +344,9 @@ impl BackendRow for PgRow {
         self.try_get(column).map_err(|error| error.to_string())
     }
 
-    fn opt_json(&self, column: &'static str) -> Result<Option<serde_json::Value>, String> {
-        self.try_get(column).map_err(|error| error.to_string())
+    fn opt_metadata(&self, column: &'static str) -> Result<Option<kesoku_core::Metadata>, String> {
+        let value: Option<serde_json::Value> = self.try_get(column).map_err(|error| error.to_string())?;
+        value.map(crate::decode::metadata_from_value).transpose()
     }
 }
 

@@ -662,14 +662,6 @@ impl BackendRow for SqlRow<'_, '_> {
         self.opt_str(column)?.map(|text| decode::parse_time_text(&text)).transpose()
     }
 
-    fn opt_json(&self, column: &'static str) -> Result<Option<serde_json::Value>, String> {
-        // Most messages have no metadata: skip the parser for them.
-        if let ValueRef::Text(b"{}") = self.value(column)? {
-            return Ok(Some(serde_json::Value::Object(serde_json::Map::new())));
-        }
-        self.opt_str(column)?.map(|text| decode::parse_json_text(&text)).transpose()
-    }
-
     fn opt_metadata(&self, column: &'static str) -> Result<Option<kesoku_core::Metadata>, String> {
         self.opt_str(column)?.map(|text| decode::parse_metadata_text(&text)).transpose()
     }
