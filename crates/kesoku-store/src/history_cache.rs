@@ -18,10 +18,18 @@
 //!
 //! Bounds: only sessions of at least [`MIN_MESSAGES`] are kept (short ones read fast anyway,
 //! and a thousand idle sessions must stay cheap), at most [`MAX_SESSIONS`] of them and
-//! [`MAX_BYTES`] in all, least recently read first out. When more than [`MAX_DELTA`] revisions
-//! passed since a session was read, it is read whole again rather than through the index.
+//! [`MAX_BYTES`] in all (estimated from what the decoded messages hold on the heap), least
+//! recently read first out. When more than [`MAX_DELTA`] revisions passed since a session was
+//! read, it is read whole again rather than through the index.
+//!
+//! Admission: a long session is kept only when it is read again soon, that is when it is still
+//! among the last [`GHOST_SESSIONS`] long sessions read (their ids alone are remembered, as in
+//! 2Q's "A1out" list). A few sessions chatted with in turn are kept from their second read on;
+//! a round robin over hundreds of long sessions, which a 16-session cache could never serve,
+//! keeps nothing, instead of decoding a whole history into an entry on every read and evicting
+//! another one (a 15-minute soak over 200 sessions grew the resident set by ~25 MB that way).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
 use kesoku_core::{Message, SessionId};
@@ -33,8 +41,10 @@ use crate::error::StoreResult;
 pub(crate) const MIN_MESSAGES: usize = 256;
 /// Most sessions kept.
 pub(crate) const MAX_SESSIONS: usize = 16;
-/// Most bytes kept (estimated from content sizes), all sessions together.
+/// Most bytes kept (estimated from what the messages hold), all sessions together.
 pub(crate) const MAX_BYTES: usize = 16 * 1024 * 1024;
+/// How many long sessions read but not kept are remembered (ids only) for admission.
+pub(crate) const GHOST_SESSIONS: usize = 2 * MAX_SESSIONS;
 /// Most revisions a kept history is brought forward by through the index.
 pub(crate) const MAX_DELTA: i64 = 20_000;
 
@@ -94,9 +104,31 @@ impl Entry {
     }
 }
 
+/// What a kept message costs: the struct, its strings on the heap, its metadata, its key and
+/// position. An estimate (allocator rounding and JSON values are guessed), cheap to compute.
 fn estimated_bytes(message: &Message) -> usize {
-    // The content plus the ids, names and metadata a message carries, roughly.
-    message.content.len() + 400
+    const PER_STRING: usize = 16; // allocator overhead of one heap string, roughly
+    let strings = [
+        message.id.as_str().len(),
+        message.session_id.as_str().len(),
+        message.parent_id.as_ref().map_or(0, |id| id.as_str().len()),
+        message.chatbot_id.len(),
+        message.channel_id.len(),
+        message.sender.len(),
+        message.content.len(),
+    ];
+    let meta = &message.metadata;
+    let optional = [&meta.tool_name, &meta.tool_result, &meta.tool_error, &meta.tool_call_id, &meta.thought_signature];
+    let metadata = optional.iter().map(|text| text.as_ref().map_or(0, |t| t.len() + PER_STRING)).sum::<usize>()
+        + meta.tool_arguments.as_ref().map_or(0, |_| 256)
+        + meta.attachments.as_ref().map_or(0, |list| list.len() * 256)
+        + meta.compaction_summary.as_ref().map_or(0, |_| 512)
+        + meta.extra.len() * 128;
+    std::mem::size_of::<Message>()
+        + strings.iter().map(|len| len + PER_STRING).sum::<usize>()
+        + metadata
+        + std::mem::size_of::<PhasedKey>()
+        + 24 // its `positions` slot
 }
 
 /// The cache; shared by the reader threads.
@@ -108,6 +140,8 @@ pub(crate) struct HistoryCache {
 #[derive(Default)]
 struct Entries {
     by_session: HashMap<SessionId, Entry>,
+    /// Long sessions read lately but not kept, most recent last (see the module's "Admission").
+    ghosts: VecDeque<SessionId>,
     clock: u64,
 }
 
@@ -154,7 +188,7 @@ impl HistoryCache {
             }
             Some(_) | None => {
                 let all = rows.all(conn, session_id)?;
-                if all.len() < MIN_MESSAGES {
+                if all.len() < MIN_MESSAGES || !self.lock().admit(session_id) {
                     return Ok(all.into_iter().map(|(_, message)| message).collect());
                 }
                 Entry::new(now, all)
@@ -180,6 +214,20 @@ impl HistoryCache {
 }
 
 impl Entries {
+    /// Whether a long session read whole should be kept: yes when it was read lately (it is a
+    /// ghost); otherwise it becomes the newest ghost and is not kept this time.
+    fn admit(&mut self, session_id: &SessionId) -> bool {
+        if let Some(at) = self.ghosts.iter().position(|ghost| ghost == session_id) {
+            self.ghosts.remove(at);
+            return true;
+        }
+        if self.ghosts.len() == GHOST_SESSIONS {
+            self.ghosts.pop_front();
+        }
+        self.ghosts.push_back(session_id.clone());
+        false
+    }
+
     fn evict(&mut self) {
         loop {
             let bytes: usize = self.by_session.values().map(|entry| entry.bytes).sum();
@@ -241,6 +289,37 @@ mod tests {
         }
         let expected: usize = entry.messages.iter().map(estimated_bytes).sum();
         assert_eq!(entry.bytes, expected);
+    }
+
+    #[test]
+    fn a_session_is_kept_from_its_second_read_while_it_is_still_remembered() {
+        let mut entries = Entries::default();
+        let id = |index: usize| SessionId::from(format!("s{index}").as_str());
+        // Read again soon: kept on the second read.
+        assert!(!entries.admit(&id(0)));
+        assert!(entries.admit(&id(0)));
+        // A round robin wider than the ghost list: never kept.
+        for _ in 0..3 {
+            for index in 1..=GHOST_SESSIONS + 1 {
+                assert!(!entries.admit(&id(index)), "session {index} admitted in a round robin");
+            }
+        }
+        assert_eq!(entries.ghosts.len(), GHOST_SESSIONS);
+        // One narrower than it: kept from the second round on.
+        let mut narrow = Entries::default();
+        for round in 0..2 {
+            for index in 0..GHOST_SESSIONS {
+                assert_eq!(narrow.admit(&id(index)), round == 1, "session {index} in round {round}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_kept_message_is_costed_at_more_than_its_content() {
+        let (_, small) = row("a", (1, 0, 0, 1), "hi");
+        let (_, large) = row("b", (1, 0, 0, 2), &"x".repeat(10_000));
+        assert!(estimated_bytes(&small) > std::mem::size_of::<Message>());
+        assert!(estimated_bytes(&large) >= 10_000 + std::mem::size_of::<Message>());
     }
 
     #[test]

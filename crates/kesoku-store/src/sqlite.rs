@@ -351,6 +351,7 @@ fn open_blocking(
     let checkpointer = if journal.eq_ignore_ascii_case("wal") {
         match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
             .and_then(|conn| conn.busy_timeout(BUSY_TIMEOUT).map(|()| conn))
+            .and_then(|conn| conn.execute_batch("PRAGMA journal_size_limit = 16777216").map(|()| conn))
             .and_then(|conn| writer.execute_batch("PRAGMA wal_autocheckpoint = 0").map(|()| conn))
         {
             Ok(conn) => Some(conn),
@@ -372,7 +373,11 @@ fn configure(conn: &Connection, writer: bool) -> StoreResult<()> {
     // Sorting a long history (the phased order) must not spill to temporary files.
     conn.execute_batch("PRAGMA temp_store = MEMORY;")?;
     if writer {
-        conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL;")?;
+        // A burst can grow the log far past its usual size (66 MB after 2,000 turns at once);
+        // SQLite reuses the file from its start afterwards but never shrinks it unless told.
+        conn.execute_batch(
+            "PRAGMA foreign_keys = ON; PRAGMA synchronous = NORMAL; PRAGMA journal_size_limit = 16777216;",
+        )?;
     }
     Ok(())
 }

@@ -277,3 +277,42 @@ async fn the_log_is_checkpointed_in_the_background() {
     assert_eq!(history.len(), 200);
     store.close().await;
 }
+
+/// A burst grows the write-ahead log; once checkpointed, the next write starts the log over and
+/// cuts the file back to the limit instead of keeping the burst's size on disk for good.
+#[tokio::test]
+async fn a_log_grown_by_a_burst_is_cut_back_after_a_checkpoint() {
+    use kesoku_store::Store;
+
+    let (_dir, path) = temp_sqlite_path();
+    let store = SqliteStore::open(&path).await.expect("create");
+    let wal = path.with_extension("db-wal");
+    let wal_size = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    // About 24 MB in one transaction: the log must hold it all until the commit.
+    let batch: Vec<_> = (0..240)
+        .map(|index| {
+            let mut message = prompt(&format!("burst_{index:04}"), "sess_burst");
+            message.content = "y".repeat(100_000);
+            message
+        })
+        .collect();
+    store.insert_messages(&batch).await.expect("the burst");
+    let grown = wal_size();
+    assert!(grown > 20_000_000, "the burst left a log of {grown} bytes at {}", wal.display());
+    // Small writes until the background checkpoint has caught up and a write restarted the log.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut index = 0;
+    while wal_size() > 16 * 1024 * 1024 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the log stayed at {} bytes after the burst (limit 16 MiB)",
+            wal_size()
+        );
+        store.insert_message(&prompt(&format!("after_{index:04}"), "sess_burst")).await.expect("a small write");
+        index += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let history = store.session_history(&SessionId::from("sess_burst")).await.expect("history");
+    assert_eq!(history.len(), 240 + index);
+    store.close().await;
+}
