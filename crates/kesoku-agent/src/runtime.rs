@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::Utc;
-use futures::StreamExt;
+use futures::future::{BoxFuture, Shared};
+use futures::{FutureExt, StreamExt};
 use kesoku_broker::{Control, Queue, QueueDepths, StopReason};
 use kesoku_core::activation::Trigger;
 use kesoku_core::{
@@ -23,6 +24,7 @@ use kesoku_llm::{LlmError, Model, Request, Response};
 use kesoku_store::{Ledger, StoreError};
 use kesoku_tools::{Registry, ToolOutput};
 use serde_json::json;
+use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -136,7 +138,13 @@ struct Inner {
     running: Mutex<HashMap<SessionId, RunningTurn>>,
     // Messages whose activation is queued, so a re-announced message is not queued twice.
     queued: Mutex<HashSet<MessageId>>,
+    // The ledger writes of queued activations still in flight (see `Agent::intake`).
+    recording: Mutex<HashMap<ActivationId, oneshot::Receiver<Result<(), String>>>>,
 }
+
+/// Whether an activation's ledger row is written: resolved once, awaited by both the turn
+/// (before its claim) and the start record.
+type Recorded = Shared<BoxFuture<'static, Result<(), String>>>;
 
 /// The agent runtime. Cheap to clone.
 #[derive(Clone)]
@@ -166,6 +174,7 @@ impl Agent {
                 worker_id,
                 running: Mutex::new(HashMap::new()),
                 queued: Mutex::new(HashSet::new()),
+                recording: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -322,67 +331,55 @@ impl Agent {
         let _ = controls.await;
     }
 
-    /// Messages whose ledger rows are written at once by [`Agent::intake`].
-    const INTAKE_CONCURRENCY: usize = 64;
-
+    /// Queue every message that waits for the agent, in the order they arrive.
+    ///
+    /// The activation's ledger row is written while it is already queued: the turn that takes
+    /// it waits for that write only at its claim, alongside reading the message, so the write is
+    /// off the path to the model (one store round trip less per turn). Nothing is claimed, and
+    /// no start is recorded, before the row exists; a failed write leaves the message pending.
+    /// This relies on the worker being in this process (it finds the write in `recording`);
+    /// a queue shared between processes must have the row written before the push.
     async fn intake(&self, shutdown: CancellationToken) {
         let gateway = self.inner.deps.gateway.clone();
-        let agent = self.clone();
-        // The ledger rows of up to `INTAKE_CONCURRENCY` messages are written at once (the store
-        // commits them together), but messages are queued in the order they arrived: one write
-        // at a time capped intake at one store round trip per message.
-        let recorded = gateway
-            .listen(MessageFilter::status(Status::PendingAgent), ListenFrom::Current)
-            .map(move |event| {
-                let agent = agent.clone();
-                async move {
-                    match event {
-                        Ok(event) => {
-                            let recorded = agent.record(&event.message).await;
-                            recorded.map(|activation| activation.map(|activation| (event.message, activation)))
-                        }
-                        Err(error) => {
-                            tracing::warn!(%error, "reading pending work failed; will catch up on the next event");
-                            Ok(None)
-                        }
-                    }
-                }
-            })
-            .buffered(Self::INTAKE_CONCURRENCY);
-        let mut recorded = Box::pin(recorded);
+        let mut events = Box::pin(gateway.listen(MessageFilter::status(Status::PendingAgent), ListenFrom::Current));
         loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                next = recorded.next() => next,
+                next = events.next() => next,
             };
-            match next {
+            let message = match next {
                 None => return,
-                Some(Ok(Some((message, activation)))) => {
-                    if let Err(error) = self.dispatch(&message, activation).await {
-                        tracing::error!(%error, message_id = %message.id, "queueing a message failed; it stays pending");
-                        lock(&self.inner.queued).remove(&message.id);
-                    }
+                Some(Ok(event)) => event.message,
+                Some(Err(error)) => {
+                    tracing::warn!(%error, "reading pending work failed; will catch up on the next event");
+                    continue;
                 }
-                Some(Ok(None)) => {}
-                Some(Err((message_id, error))) => {
-                    tracing::error!(%error, %message_id, "enqueueing a message failed; it stays pending");
-                    lock(&self.inner.queued).remove(&message_id);
-                }
+            };
+            let Some(activation) = self.record(&message) else { continue };
+            let id = activation.id.clone();
+            if let Err(error) = self.dispatch(&message, activation).await {
+                tracing::error!(%error, message_id = %message.id, "queueing a message failed; it stays pending");
+                lock(&self.inner.queued).remove(&message.id);
+                lock(&self.inner.recording).remove(&id);
             }
         }
     }
 
-    /// Intake's first half: the activation of `message`, written to the ledger; `None` when the
-    /// message is already queued.
-    async fn record(&self, message: &Message) -> Result<Option<Activation>, (MessageId, AgentError)> {
+    /// Intake's first half: the activation of `message`, its ledger row being written in the
+    /// background; `None` when the message is already queued.
+    fn record(&self, message: &Message) -> Option<Activation> {
         if !lock(&self.inner.queued).insert(message.id.clone()) {
-            return Ok(None);
+            return None;
         }
         let activation = self.activation_for(message);
-        match self.inner.deps.ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await {
-            Ok(()) => Ok(Some(activation)),
-            Err(error) => Err((message.id.clone(), error.into())),
-        }
+        let entry = LedgerEntry::enqueued(&activation);
+        let ledger = Arc::clone(&self.inner.deps.ledger);
+        let (written, recorded) = oneshot::channel();
+        lock(&self.inner.recording).insert(activation.id.clone(), recorded);
+        tokio::spawn(async move {
+            let _ = written.send(ledger.record_enqueued(&entry).await.map_err(|error| error.to_string()));
+        });
+        Some(activation)
     }
 
     /// Intake's second half, in arrival order: stop an older turn of the session when the
@@ -498,10 +495,24 @@ impl Agent {
     /// Run one activation to its end and record the outcome.
     pub async fn run_activation(&self, activation: &Activation) {
         let ledger = &self.inner.deps.ledger;
+        // The intake may still be writing the activation's ledger row (see `intake`).
+        let recording = lock(&self.inner.recording).remove(&activation.id);
+        let recorded: Recorded = async move {
+            match recording {
+                None => Ok(()),
+                Some(written) => {
+                    written.await.unwrap_or_else(|_| Err("the intake stopped before writing it".to_owned()))
+                }
+            }
+        }
+        .boxed()
+        .shared();
         // The start is recorded while the turn loads its message (one store round trip less
         // before the model call); the end is recorded after both.
         let started = async {
-            if let Err(error) = ledger.record_started(&activation.id, Utc::now()).await {
+            if recorded.clone().await.is_ok()
+                && let Err(error) = ledger.record_started(&activation.id, Utc::now()).await
+            {
                 tracing::error!(%error, "recording an activation start failed");
             }
         };
@@ -515,7 +526,9 @@ impl Agent {
                     Some(format!("depth limit of {max_depth} (this activation is at depth {})", activation.depth)),
                     Usage::default(),
                 ),
-                ActivationPayload::Message { message_id } => self.run_message(activation, message_id).await,
+                ActivationPayload::Message { message_id } => {
+                    self.run_message(activation, message_id, recorded.clone()).await
+                }
                 ActivationPayload::Workflow { .. }
                 | ActivationPayload::FollowUp { .. }
                 | ActivationPayload::SubAgentResult { .. }
@@ -529,6 +542,11 @@ impl Agent {
             }
         };
         let ((), (outcome, error, usage)) = tokio::join!(started, run);
+        if let Err(error) = recorded.await {
+            // No row to finish; nothing was claimed, so the message waits for the next intake.
+            tracing::error!(%error, activation_id = %activation.id, "enqueueing a message failed; it stays pending");
+            return;
+        }
         metrics::counter!("kesoku_turns_total", "outcome" => outcome.as_str(), "lane" => activation.lane.as_str())
             .increment(1);
         if let Err(record_error) =
@@ -538,8 +556,13 @@ impl Agent {
         }
     }
 
-    async fn run_message(&self, activation: &Activation, message_id: &MessageId) -> (Outcome, Option<String>, Usage) {
-        match self.run_message_inner(activation, message_id).await {
+    async fn run_message(
+        &self,
+        activation: &Activation,
+        message_id: &MessageId,
+        recorded: Recorded,
+    ) -> (Outcome, Option<String>, Usage) {
+        match self.run_message_inner(activation, message_id, recorded).await {
             Ok(result) => result,
             Err(error) => {
                 tracing::error!(%error, message_id = %message_id, "a turn could not be run; the message stays for recovery");
@@ -553,6 +576,7 @@ impl Agent {
         &self,
         activation: &Activation,
         message_id: &MessageId,
+        recorded: Recorded,
     ) -> Result<(Outcome, Option<String>, Usage), AgentError> {
         let gateway = &self.inner.deps.gateway;
         let store = gateway.store();
@@ -566,7 +590,10 @@ impl Agent {
                 Ok(false)
             }
         };
-        let (message, newer) = tokio::join!(store.get_message(message_id), newer);
+        let (message, newer, recorded) = tokio::join!(store.get_message(message_id), newer, recorded);
+        if let Err(error) = recorded {
+            return Ok((Outcome::Failed, Some(format!("the ledger could not record it: {error}")), Usage::default()));
+        }
         let Some(message) = message? else {
             return Ok((Outcome::Failed, Some(format!("message `{message_id}` does not exist")), Usage::default()));
         };

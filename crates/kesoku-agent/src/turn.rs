@@ -1,8 +1,10 @@
 //! The turn loop: model call → thoughts and tool calls posted → tools run concurrently →
 //! results posted → next model call … → final text.
 //!
-//! Every step is a message written through the gateway before anything else happens, so a
-//! crash at any point leaves a history the next run can continue from. The loop owns no
+//! Every step is a message written through the gateway before anything else happens (the one
+//! exception: a step's last tool result is written beside the next model call, see
+//! [`Turn::call_model`]), so a crash at any point leaves a history the next run can continue
+//! from. The loop owns no
 //! status of the root message: it returns how the turn ended and the runtime resolves it.
 
 use std::collections::HashMap;
@@ -117,6 +119,9 @@ pub struct Turn<'a> {
     pub steered: Vec<MessageId>,
     /// An earlier run of this turn (that died) already posted the final answer.
     answered_before: bool,
+    /// The step's last tool result: in `history` already, written beside the next model call
+    /// (see [`Turn::call_model`]) or before any other write of the turn.
+    deferred: Option<Message>,
 }
 
 enum StepError {
@@ -186,12 +191,25 @@ impl<'a> Turn<'a> {
             last_input_tokens: 0,
             steered: Vec::new(),
             answered_before,
+            deferred: None,
         }
     }
 
     /// Run to the end. Never panics on model or tool output; store failures end the turn as
     /// `Failed` (the runtime leaves the message for recovery when it cannot even record that).
     pub async fn run(&mut self) -> TurnEnd {
+        let end = self.run_steps().await;
+        // Every path that ends the turn writes through `post`, which writes a deferred result
+        // first; this only guards a path that ends without writing anything.
+        if self.deferred.is_some()
+            && let Err(error) = self.post(Vec::new()).await
+        {
+            return store_failure(error);
+        }
+        end
+    }
+
+    async fn run_steps(&mut self) -> TurnEnd {
         if self.answered_before {
             // Resolve the root now instead of answering a second time.
             return TurnEnd::Answered { note: Some("answered before the service restarted".to_owned()) };
@@ -202,6 +220,17 @@ impl<'a> Turn<'a> {
         }
         let mut nudged = false;
         loop {
+            // Only the model call writes a deferred result beside itself; any other way on
+            // (stop, limit, steering) writes it first, in order.
+            let model_call_next = !self.stop.is_stopped()
+                && self.usage.model_calls < u64::from(self.context.limits.model_calls)
+                && self.deps.steer_as.is_none();
+            if self.deferred.is_some()
+                && !model_call_next
+                && let Err(error) = self.post(Vec::new()).await
+            {
+                return store_failure(error);
+            }
             if self.stop.is_stopped() {
                 return self.stopped().await;
             }
@@ -316,13 +345,37 @@ impl<'a> Turn<'a> {
             let mut stream = model.stream(&request).await?;
             collect_response(&mut stream).await
         };
-        // Dropping `answer` drops the stream, which aborts the HTTP request.
-        let result = tokio::select! {
-            biased;
-            _ = self.stop.token().cancelled() => return Err(StepError::Stopped),
-            _ = tokio::time::sleep_until(self.context.deadline()) => return Err(StepError::Limit(LimitKind::Runtime)),
-            result = answer => result,
+        // The last tool result (already in `request`) is written while the model works: one
+        // store round trip off each tool step. The write is never cut short: a stop or a
+        // deadline ends only the model's side, so the call is never left without its result.
+        // A crash before the write lands leaves the call open, and the next run gives it the
+        // "restarted" result, as for a crash during the tool.
+        let deferred = self.deferred.take();
+        let gateway = self.deps.gateway;
+        let written = async move {
+            match deferred {
+                Some(result) => gateway.post_many(std::slice::from_ref(&result)).await.map(Some),
+                None => Ok(None),
+            }
         };
+        let stop = self.stop.token().clone();
+        let deadline = self.context.deadline();
+        // Dropping `answer` drops the stream, which aborts the HTTP request.
+        let answered = async {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => Err(StepError::Stopped),
+                _ = tokio::time::sleep_until(deadline) => Err(StepError::Limit(LimitKind::Runtime)),
+                result = answer => Ok(result),
+            }
+        };
+        let (written, answered) = tokio::join!(written, answered);
+        if let Some(events) = written? {
+            for event in events {
+                self.replace_in_history(event.message);
+            }
+        }
+        let result = answered?;
         if let Some(log) = self.deps.model_log {
             log(self.step, &request, result.as_ref());
         }
@@ -375,11 +428,33 @@ impl<'a> Turn<'a> {
         Ok(())
     }
 
+    /// Write `messages` (after a deferred tool result, if one waits) and add them to the
+    /// history; returns `messages` as stored.
     async fn post(&mut self, messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
-        let events = self.deps.gateway.post_many(&messages).await?;
-        let stored: Vec<Message> = events.into_iter().map(|e| e.message).collect();
+        let deferred = self.deferred.take();
+        let stored: Vec<Message> = if let Some(result) = deferred {
+            let mut all = Vec::with_capacity(messages.len() + 1);
+            all.push(result);
+            all.extend(messages);
+            let mut events = self.deps.gateway.post_many(&all).await?.into_iter().map(|e| e.message);
+            if let Some(result) = events.next() {
+                self.replace_in_history(result);
+            }
+            events.collect()
+        } else if messages.is_empty() {
+            Vec::new()
+        } else {
+            self.deps.gateway.post_many(&messages).await?.into_iter().map(|e| e.message).collect()
+        };
         self.history.extend(stored.iter().cloned());
         Ok(stored)
+    }
+
+    /// Put the stored copy of a message already in the history (a deferred result) in place.
+    fn replace_in_history(&mut self, stored: Message) {
+        if let Some(kept) = self.history.iter_mut().rev().find(|m| m.id == stored.id) {
+            *kept = stored;
+        }
     }
 
     /// Run this step's open calls concurrently, posting each result as it arrives.
@@ -424,6 +499,8 @@ impl<'a> Turn<'a> {
                 _ = stop.token().cancelled() => ended = Some(StepError::Stopped),
                 _ = tokio::time::sleep_until(deadline) => ended = Some(StepError::Limit(LimitKind::Runtime)),
                 next = running.next() => match next {
+                    // The step's last result waits for the next model call (see `call_model`).
+                    Some((call, output)) if running.is_empty() && !over_limit => self.defer_result(&call, output),
                     Some((call, output)) => self.post_result(&call, output).await?,
                     None => break,
                 },
@@ -443,13 +520,26 @@ impl<'a> Turn<'a> {
     }
 
     async fn post_result(&mut self, call: &Message, output: ToolOutput) -> Result<(), GatewayError> {
-        let tool = call.metadata.tool_name.clone().unwrap_or_default();
-        let result = if output.error.is_some() { "error" } else { "ok" };
-        metrics::counter!("kesoku_tool_calls_total", "tool" => tool, "result" => result).increment(1);
-        let result = self.origin.tool_result(call, output.content, output.summary, output.error);
+        let result = self.result_of(call, output);
         self.post(vec![result]).await?;
         self.open_calls.retain(|open| open.id != call.id);
         Ok(())
+    }
+
+    /// Like [`Turn::post_result`], but the result is written later, with the next write of
+    /// the turn (or beside the next model call). It is in the history at once.
+    fn defer_result(&mut self, call: &Message, output: ToolOutput) {
+        let result = self.result_of(call, output);
+        self.history.push(result.clone());
+        self.deferred = Some(result);
+        self.open_calls.retain(|open| open.id != call.id);
+    }
+
+    fn result_of(&self, call: &Message, output: ToolOutput) -> Message {
+        let tool = call.metadata.tool_name.clone().unwrap_or_default();
+        let result = if output.error.is_some() { "error" } else { "ok" };
+        metrics::counter!("kesoku_tool_calls_total", "tool" => tool, "result" => result).increment(1);
+        self.origin.tool_result(call, output.content, output.summary, output.error)
     }
 
     /// Steer mode: claim newer human messages of this channel and add them to the turn.

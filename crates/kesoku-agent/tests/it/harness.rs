@@ -8,7 +8,7 @@ use kesoku_broker::{MemoryBroker, MemoryQueue};
 use kesoku_core::{LedgerEntry, Message, MessageId, MessageType, Role, Session, Status};
 use kesoku_gateway::Gateway;
 use kesoku_llm::{ScriptStep, ScriptedModel};
-use kesoku_store::{LedgerFilter, StoreHandle};
+use kesoku_store::{Ledger, LedgerFilter, StoreHandle};
 use kesoku_tools::ToolsConfig;
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
@@ -21,11 +21,18 @@ pub struct Options {
     pub config: AgentConfig,
     pub limits: LaneLimits,
     pub grace: Duration,
+    /// The ledger the agent writes to (default: the store's own).
+    pub ledger: Option<Arc<dyn Ledger>>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { config: AgentConfig::default(), limits: LaneLimits::default(), grace: Duration::from_secs(5) }
+        Options {
+            config: AgentConfig::default(),
+            limits: LaneLimits::default(),
+            grace: Duration::from_secs(5),
+            ledger: None,
+        }
     }
 }
 
@@ -131,6 +138,20 @@ impl Harness {
     pub async fn ledger_for(&self, message: &MessageId) -> Vec<LedgerEntry> {
         self.ledger().await.into_iter().filter(|row| row.message_id.as_ref() == Some(message)).collect()
     }
+
+    /// The message's ledger rows once every one has an outcome (an activation may end after
+    /// its message reached a terminal status, for example one that found it already taken).
+    pub async fn finished_ledger_for(&self, message: &MessageId) -> Vec<LedgerEntry> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let rows = self.ledger_for(message).await;
+            if !rows.is_empty() && rows.iter().all(|row| row.outcome.is_some()) {
+                return rows;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "activations of {message} never finished: {rows:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
 }
 
 impl Drop for Harness {
@@ -165,7 +186,7 @@ async fn boot_with(
     std::fs::create_dir_all(&workspace).expect("workspace");
     let agent = Agent::new(AgentDeps {
         gateway: gateway.clone(),
-        ledger: Arc::clone(&handle.ledger),
+        ledger: options.ledger.unwrap_or_else(|| Arc::clone(&handle.ledger)),
         queue: Arc::new(MemoryQueue::default()),
         models: ModelSet::single(model),
         tools: Arc::new(kesoku_tools::builtin_registry(&ToolsConfig::default())),

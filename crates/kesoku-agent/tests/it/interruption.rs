@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use kesoku_agent::{AgentConfig, QueueMode};
 use kesoku_broker::StopReason;
-use kesoku_core::{MessageType, Outcome, Role, Status};
+use kesoku_core::{Message, MessageType, Outcome, Role, Status};
 use kesoku_llm::{Part, ScriptStep, ToolCall};
 use serde_json::json;
 
@@ -64,8 +64,8 @@ async fn trajectory_6_3_a_newer_message_interrupts_mid_tool_and_kills_the_proces
     assert_eq!(synthetic.parent_id.as_ref(), Some(&call.id));
     assert!(synthetic.content.contains("a newer message arrived"), "{}", synthetic.content);
     assert!(synthetic.metadata.tool_error.is_some());
-    assert_eq!(h.ledger_for(&user_a.id).await[0].outcome, Some(Outcome::Interrupted));
-    assert_eq!(h.ledger_for(&user_b.id).await[0].outcome, Some(Outcome::Succeeded));
+    assert_eq!(h.finished_ledger_for(&user_a.id).await[0].outcome, Some(Outcome::Interrupted));
+    assert_eq!(h.finished_ledger_for(&user_b.id).await[0].outcome, Some(Outcome::Succeeded));
     // The new turn saw the interrupted one in its history.
     let last_request = h.model.requests().pop().expect("requests");
     assert!(format!("{:?}", last_request.turns).contains("Build a new web component"));
@@ -164,7 +164,7 @@ async fn a_burst_of_messages_supersedes_the_middle_ones() {
     assert_eq!(h.model.requests().len(), 2, "the superseded message never reached the model on its own");
     let seen = format!("{:?}", h.model.requests()[1].turns);
     assert!(seen.contains("two") && seen.contains("three"));
-    assert_eq!(h.ledger_for(&second.id).await[0].error.as_deref(), Some("superseded by a newer message"));
+    assert_eq!(h.finished_ledger_for(&second.id).await[0].error.as_deref(), Some("superseded by a newer message"));
 }
 
 #[tokio::test]
@@ -215,7 +215,7 @@ async fn steer_mode_adds_a_newer_message_to_the_running_turn_after_its_tools() {
     let replies = h.history().await.into_iter().filter(|m| m.role == Role::Assistant).count();
     assert_eq!(replies, 1);
     assert_eq!(
-        h.ledger_for(&user_b.id).await[0].outcome,
+        h.finished_ledger_for(&user_b.id).await[0].outcome,
         Some(Outcome::Cancelled),
         "B's own activation found it taken"
     );
@@ -246,4 +246,32 @@ async fn steer_mode_skips_calls_that_had_not_started() {
     assert!(result.content.contains("skipped"), "{}", result.content);
     assert!(!result.content.contains("should-not-run"));
     assert!(format!("{:?}", h.model.requests()[1].turns).contains("no, the new way"));
+}
+
+/// The step's last tool result is written beside the next model call; a stop during that call
+/// ends the model's side only, so the call keeps its real result (and gets no second one).
+#[tokio::test]
+async fn a_stop_during_the_model_call_after_a_tool_keeps_the_tools_real_result() {
+    let h = Harness::start_with(
+        vec![ScriptStep::tool_call("run_shell_command", json!({"command": "echo real output"})), ScriptStep::hang()],
+        options(QueueMode::Queue),
+    )
+    .await;
+    let user = h.post_user("run it").await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.model.requests().len() < 2 {
+        assert!(Instant::now() < deadline, "the second model call never came");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    h.agent.stop_session(&h.session.id, StopReason::UserRequest).await.expect("stop");
+    assert_eq!(h.wait_terminal(&user.id).await, Status::Interrupted);
+    let history = h.history().await;
+    let results: Vec<&Message> = history.iter().filter(|m| m.message_type == MessageType::ToolResult).collect();
+    assert_eq!(results.len(), 1, "one result for the one call: {results:?}");
+    assert!(results[0].content.contains("real output"), "{}", results[0].content);
+    let call = history.iter().find(|m| m.message_type == MessageType::ToolCall).expect("the call");
+    assert_eq!(results[0].parent_id.as_ref(), Some(&call.id));
+    // The second request already carried that result.
+    let seen = format!("{:?}", h.model.requests()[1].turns);
+    assert!(seen.contains("real output"), "{seen}");
 }

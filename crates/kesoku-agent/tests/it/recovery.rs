@@ -45,7 +45,7 @@ async fn a_turn_killed_mid_tool_is_finished_once_after_restart() {
     // The model saw the interrupted call with its synthetic result.
     let seen = format!("{:?}", h.model.requests()[0].turns);
     assert!(seen.contains("call_1") && seen.contains("service restarted"), "{seen}");
-    let outcomes: Vec<Option<Outcome>> = h.ledger_for(&user.id).await.iter().map(|r| r.outcome).collect();
+    let outcomes: Vec<Option<Outcome>> = h.finished_ledger_for(&user.id).await.iter().map(|r| r.outcome).collect();
     assert_eq!(outcomes, vec![Some(Outcome::Succeeded)], "one activation ran the recovered turn");
 }
 
@@ -80,4 +80,80 @@ async fn sqlx_claim(h: &Harness, id: &kesoku_core::MessageId, claimed_by: &str) 
         .await
         .expect("set claim");
     pool.close().await;
+}
+
+/// A ledger whose enqueue writes fail while `failing` is set; everything else is the store's.
+struct RefusingLedger {
+    inner: std::sync::Arc<dyn kesoku_store::Ledger>,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl kesoku_store::Ledger for RefusingLedger {
+    async fn record_enqueued(&self, entry: &kesoku_core::LedgerEntry) -> kesoku_store::StoreResult<()> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(kesoku_store::StoreError::Migration("disk full (test)".to_owned()));
+        }
+        self.inner.record_enqueued(entry).await
+    }
+    async fn record_started(
+        &self,
+        id: &kesoku_core::ActivationId,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> kesoku_store::StoreResult<()> {
+        self.inner.record_started(id, at).await
+    }
+    async fn record_finished(
+        &self,
+        id: &kesoku_core::ActivationId,
+        at: chrono::DateTime<chrono::Utc>,
+        outcome: Outcome,
+        error: Option<&str>,
+        usage: &kesoku_core::Usage,
+    ) -> kesoku_store::StoreResult<()> {
+        self.inner.record_finished(id, at, outcome, error, usage).await
+    }
+    async fn get_activation(
+        &self,
+        id: &kesoku_core::ActivationId,
+    ) -> kesoku_store::StoreResult<Option<kesoku_core::LedgerEntry>> {
+        self.inner.get_activation(id).await
+    }
+    async fn list_activations(
+        &self,
+        filter: &kesoku_store::LedgerFilter,
+    ) -> kesoku_store::StoreResult<Vec<kesoku_core::LedgerEntry>> {
+        self.inner.list_activations(filter).await
+    }
+    async fn unfinished_activations(&self) -> kesoku_store::StoreResult<Vec<kesoku_core::LedgerEntry>> {
+        self.inner.unfinished_activations().await
+    }
+}
+
+/// The ledger row is written while the activation is already queued; a turn never claims its
+/// message before that row exists, so a failed write leaves the message pending and untouched,
+/// and a later start runs it.
+#[tokio::test]
+async fn a_message_whose_ledger_row_cannot_be_written_stays_pending_for_the_next_start() {
+    let mut h = Harness::start(vec![ScriptStep::text("should not be sent")]).await;
+    h.shut_down().await;
+    let refusing = std::sync::Arc::new(RefusingLedger {
+        inner: std::sync::Arc::clone(&h.handle.ledger),
+        failing: std::sync::atomic::AtomicBool::new(true),
+    });
+    h.reboot(crate::harness::Options { ledger: Some(refusing.clone()), ..Default::default() }).await;
+    let user = h.post_user("hello").await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(h.status_of(&user.id).await, Status::PendingAgent, "not claimed without a ledger row");
+    assert!(h.model.requests().is_empty(), "the model was called for an unrecorded activation");
+    assert!(h.ledger_for(&user.id).await.is_empty());
+
+    // The disk has room again: the next start queues it, records it and answers once.
+    h.shut_down().await;
+    refusing.failing.store(false, std::sync::atomic::Ordering::SeqCst);
+    h.reboot(crate::harness::Options { ledger: Some(refusing), ..Default::default() }).await;
+    assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
+    assert_eq!(h.model.requests().len(), 1);
+    let outcomes: Vec<Option<Outcome>> = h.finished_ledger_for(&user.id).await.iter().map(|r| r.outcome).collect();
+    assert_eq!(outcomes, vec![Some(Outcome::Succeeded)]);
 }

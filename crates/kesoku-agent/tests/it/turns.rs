@@ -78,7 +78,7 @@ async fn trajectory_6_1_standard_turn_with_tool_execution() {
     assert!(first_user_text.contains("[Activation context]"), "{first_user_text}");
     assert!(!first_user_text.contains("interactive") && !first_user_text.contains("act_"), "{first_user_text}");
 
-    let ledger = h.ledger_for(&root.id).await;
+    let ledger = h.finished_ledger_for(&root.id).await;
     assert_eq!(ledger.len(), 1);
     assert_eq!(ledger[0].outcome, Some(Outcome::Succeeded));
     assert_eq!((ledger[0].usage.model_calls, ledger[0].usage.tool_calls), (2, 1));
@@ -160,7 +160,7 @@ async fn a_provider_failure_marks_the_message_error_and_tells_the_user_briefly()
     assert_eq!((notice.role, notice.sender.as_str(), notice.status), (Role::Assistant, "Kesoku", Status::Pending));
     assert!(notice.content.starts_with("⚠️ An error occurred while processing your request: "), "{}", notice.content);
     assert!(notice.content.chars().count() <= 500);
-    let ledger = h.ledger_for(&user.id).await;
+    let ledger = h.finished_ledger_for(&user.id).await;
     assert_eq!(ledger[0].outcome, Some(Outcome::Failed));
     let errors = h.agent.session_dir(&h.session.id).join("errors").join(format!("{}.txt", ledger[0].id));
     let detail = std::fs::read_to_string(&errors).expect("full error saved in the staging folder");
@@ -186,7 +186,7 @@ async fn the_model_call_limit_ends_the_turn_with_a_message_naming_it() {
     assert_eq!(reply.message_type, MessageType::Text);
     assert!(reply.content.contains("model call limit of 2"), "{}", reply.content);
     assert_eq!(h.model.requests().len(), 2);
-    let ledger = h.ledger_for(&user.id).await;
+    let ledger = h.finished_ledger_for(&user.id).await;
     assert_eq!(ledger[0].outcome, Some(Outcome::LimitExceeded));
     assert_eq!(ledger[0].error.as_deref(), Some("model call limit of 2"));
 }
@@ -213,7 +213,7 @@ async fn the_tool_call_limit_refuses_extra_calls_and_ends_the_turn() {
         results.iter().any(|r| r.metadata.tool_error.as_deref().is_some_and(|e| e.contains("tool call limit of 1")))
     );
     assert!(messages.last().expect("reply").content.contains("tool call limit of 1"));
-    assert_eq!(h.ledger_for(&user.id).await[0].outcome, Some(Outcome::LimitExceeded));
+    assert_eq!(h.finished_ledger_for(&user.id).await[0].outcome, Some(Outcome::LimitExceeded));
 }
 
 #[tokio::test]
@@ -227,7 +227,7 @@ async fn the_runtime_limit_stops_a_hanging_model() {
     assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
     assert!(h.history().await.pop().expect("reply").content.contains("runtime limit of 1 s"));
     assert_eq!(h.model.cancellations(), 1, "the in-flight stream was dropped");
-    assert_eq!(h.ledger_for(&user.id).await[0].outcome, Some(Outcome::LimitExceeded));
+    assert_eq!(h.finished_ledger_for(&user.id).await[0].outcome, Some(Outcome::LimitExceeded));
 }
 
 #[tokio::test]
@@ -237,7 +237,7 @@ async fn a_message_for_a_missing_session_ends_in_error() {
         kesoku_core::Message::user_text(&kesoku_core::SessionId::from("sess_gone"), "discord", "c", "Chii", "hi");
     h.gateway.post(&orphan).await.expect("post");
     assert_eq!(h.wait_terminal(&orphan.id).await, Status::Error);
-    let ledger = h.ledger_for(&orphan.id).await;
+    let ledger = h.finished_ledger_for(&orphan.id).await;
     assert!(ledger[0].error.as_deref().is_some_and(|e| e.contains("missing session")), "{:?}", ledger[0].error);
 }
 
