@@ -12,12 +12,19 @@ pub struct Memory {
     pub rss: u64,
     /// `VmHWM`: the most it was resident.
     pub peak: u64,
+    /// `RssAnon`: the resident part that is the process's own memory (heap, stacks), not
+    /// pages of its binary or of files it maps.
+    pub anon: u64,
 }
 
 /// The memory of process `pid` (`None`: it is gone or the file is unreadable).
 pub fn memory_of(pid: u32) -> Option<Memory> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    Some(Memory { rss: status_kib(&status, "VmRSS:")? * 1024, peak: status_kib(&status, "VmHWM:")? * 1024 })
+    Some(Memory {
+        rss: status_kib(&status, "VmRSS:")? * 1024,
+        peak: status_kib(&status, "VmHWM:")? * 1024,
+        anon: status_kib(&status, "RssAnon:")? * 1024,
+    })
 }
 
 /// The memory of this process.
@@ -57,6 +64,7 @@ mod tests {
     fn this_process_has_memory_and_cpu() {
         let memory = own_memory().expect("/proc/self/status");
         assert!(memory.rss > 0 && memory.peak >= memory.rss, "{memory:?}");
+        assert!(memory.anon > 0 && memory.anon <= memory.rss, "{memory:?}");
         let spin: u64 = (0..2_000_000u64).map(|x| x ^ (x >> 3)).sum();
         assert!(spin > 0);
         assert!(own_cpu_time() > Duration::ZERO);

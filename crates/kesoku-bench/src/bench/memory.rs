@@ -41,6 +41,8 @@ pub struct Soak {
     pub max_rss: u64,
     /// Least-squares slope of the resident set after the first fifth of the soak, bytes/minute.
     pub slope_per_minute: f64,
+    /// The same for its anonymous part (heap), which a leak would grow.
+    pub anon_slope_per_minute: f64,
     pub lost: usize,
 }
 
@@ -192,7 +194,15 @@ async fn wait_idle(store: &kesoku_store::StoreHandle, roots: usize) -> anyhow::R
     }
 }
 
-/// Steady load for `duration`: 50 messages per second over 200 channels, RSS sampled every 5 s.
+/// Turns a soak session gets before its channel moves on to a new session (as `/new` or a
+/// compaction would bound it): 300 messages, past the store's history-cache threshold, so that
+/// path is exercised too, but bounded, so the load is steady. Sessions that grow without end
+/// make every turn's working set (history read, request, its JSON) grow with them; that is
+/// the history measurement's subject, not a leak.
+const SOAK_TURNS_PER_SESSION: usize = 150;
+
+/// Steady load for `duration`: 50 messages per second over 200 channels (each moving to a new
+/// session every [`SOAK_TURNS_PER_SESSION`] turns), RSS sampled every 5 s.
 async fn soak(
     http: &reqwest::Client,
     base: &str,
@@ -208,18 +218,23 @@ async fn soak(
     let mut tick = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
     let mut sample = tokio::time::interval(Duration::from_secs(5));
     let mut samples: Vec<(f64, f64)> = Vec::new();
+    let mut anon_samples: Vec<(f64, f64)> = Vec::new();
     let mut posted = 0usize;
     let mut in_flight = futures::stream::FuturesUnordered::new();
     while started.elapsed() < duration {
         tokio::select! {
             _ = tick.tick() => {
-                let body = json!({"channel_id": format!("soak-{}", posted % channels), "sender": "Bench", "content": format!("tick {posted}")});
+                let generation = posted / (channels * SOAK_TURNS_PER_SESSION);
+                let channel = format!("soak-{}-{generation}", posted % channels);
+                let body = json!({"channel_id": channel, "sender": "Bench", "content": format!("tick {posted}")});
                 in_flight.push(http.post(format!("{base}/v1/messages")).json(&body).send());
                 posted += 1;
             }
             _ = sample.tick() => {
-                let rss = memory_of(pid).context("the service is gone")?.rss;
-                samples.push((started.elapsed().as_secs_f64() / 60.0, rss as f64));
+                let memory = memory_of(pid).context("the service is gone")?;
+                let minutes = started.elapsed().as_secs_f64() / 60.0;
+                samples.push((minutes, memory.rss as f64));
+                anon_samples.push((minutes, memory.anon as f64));
             }
             Some(response) = in_flight.next() => {
                 let response = response.context("posting a message")?;
@@ -235,6 +250,7 @@ async fn soak(
     wait_idle(store, before + posted).await.ok();
     let done = store.store.list_messages(&MessageFilter::status(Status::Processed)).await?.len();
     let settled: Vec<(f64, f64)> = samples.iter().copied().skip(samples.len() / 5).collect();
+    let anon_settled: Vec<(f64, f64)> = anon_samples.iter().copied().skip(anon_samples.len() / 5).collect();
     let rss = |p: &(f64, f64)| p.1 as u64;
     Ok(Soak {
         duration: started.elapsed(),
@@ -244,6 +260,7 @@ async fn soak(
         end_rss: samples.last().map(rss).unwrap_or_default(),
         max_rss: samples.iter().map(rss).max().unwrap_or_default(),
         slope_per_minute: slope(&settled).unwrap_or(0.0),
+        anon_slope_per_minute: slope(&anon_settled).unwrap_or(0.0),
         lost: (before + posted).saturating_sub(done),
     })
 }
@@ -281,12 +298,14 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             "flat",
             Verdict::Info,
             format!(
-                "{} turns, {} lost; RSS {} → {} (max {})",
+                "{} turns, {} lost; RSS {} → {} (max {}); anonymous part {:+.1} KB/min; sessions of {} turns",
                 soak.turns,
                 soak.lost,
                 mib(soak.start_rss),
                 mib(soak.end_rss),
-                mib(soak.max_rss)
+                mib(soak.max_rss),
+                soak.anon_slope_per_minute / 1000.0,
+                SOAK_TURNS_PER_SESSION
             ),
         ),
     ]

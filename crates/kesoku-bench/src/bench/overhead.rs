@@ -44,6 +44,9 @@ pub struct Measured {
     pub overhead: Summary,
     pub end_to_end: Summary,
     pub model_time: Summary,
+    /// Where the time of a turn went, from the timestamps the store and the ledger recorded
+    /// (medians over the measured turns; `None` where a turn lacked a stamp).
+    pub phases: Vec<(&'static str, Duration)>,
 }
 
 /// Run `iterations` turns of each kind (after a warm-up) for each model latency.
@@ -75,6 +78,7 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
     let client = Client::start(&system.gateway).await;
     let warmup = (iterations / 10).max(3);
     let (mut overhead, mut end_to_end, mut model_time) = (Vec::new(), Vec::new(), Vec::new());
+    let mut measured_roots = Vec::new();
     for index in 0..warmup + iterations {
         let session = client.new_session(&format!("overhead-{index}")).await?;
         let model_before = clock.total();
@@ -85,9 +89,11 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
             end_to_end.push(answered.latency);
             model_time.push(model);
             overhead.push(answered.latency.saturating_sub(model));
+            measured_roots.push((session.id.clone(), answered.root.clone(), model));
         }
     }
     let requests = mock.requests();
+    let phases = phases(&system, &measured_roots).await?;
     system.stop().await;
     let per_turn = if kind == TurnKind::Plain { 1 } else { 2 };
     anyhow::ensure!(
@@ -102,7 +108,80 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
         overhead: summary(&overhead)?,
         end_to_end: summary(&end_to_end)?,
         model_time: summary(&model_time)?,
+        phases,
     })
+}
+
+/// The median time between the stamps a turn leaves: the user message written, its activation
+/// queued (intake), started (a worker took it), each later message of the
+/// turn written (tool call, tool result, final answer), minus model time where a model call
+/// sits between two stamps.
+async fn phases(
+    system: &System,
+    roots: &[(kesoku_core::SessionId, kesoku_core::MessageId, Duration)],
+) -> anyhow::Result<Vec<(&'static str, Duration)>> {
+    use kesoku_core::{MessageFilter, MessageType, Role};
+    let store = &system.store.handle;
+    let mut spans: Vec<(&'static str, Vec<Duration>)> = Vec::new();
+    let mut add =
+        |name: &'static str, from: Option<chrono::DateTime<chrono::Utc>>, to: Option<chrono::DateTime<chrono::Utc>>| {
+            let (Some(from), Some(to)) = (from, to) else { return };
+            let span = (to - from).to_std().unwrap_or_default();
+            match spans.iter_mut().find(|(known, _)| *known == name) {
+                Some((_, samples)) => samples.push(span),
+                None => spans.push((name, vec![span])),
+            }
+        };
+    for (session_id, root_id, model) in roots {
+        let messages = store.store.list_messages(&MessageFilter::session(session_id)).await?;
+        let Some(root) = messages.iter().find(|m| &m.id == root_id) else { continue };
+        let ledger = store
+            .ledger
+            .list_activations(&kesoku_store::LedgerFilter {
+                session_id: Some(session_id.clone()),
+                ..Default::default()
+            })
+            .await?;
+        let Some(entry) = ledger.iter().find(|e| e.message_id.as_ref() == Some(root_id)) else { continue };
+        add("written → queued", root.created_at, Some(entry.enqueued_at));
+        add("queued → started", Some(entry.enqueued_at), entry.started_at);
+        // The turn's own messages in the order they were written (the claim keeps no stamp
+        // once the turn is over, so the first span starts at the ledger's start).
+        let mut previous = entry.started_at;
+        let calls = messages.iter().filter(|m| m.message_type == MessageType::ToolCall).count() as u32;
+        // Model time is split evenly over the model calls (1 + one per tool step).
+        let per_call = *model / (calls + 1);
+        // (Each measured turn has a session of its own: every other message is the turn's.)
+        for message in messages.iter().filter(|m| &m.id != root_id) {
+            let name = match (message.role, message.message_type) {
+                (_, MessageType::ToolCall) => "→ tool call written (minus model)",
+                (_, MessageType::ToolResult) => "→ tool result written",
+                (Role::Assistant, MessageType::Text) => "→ final answer written (minus model)",
+                _ => continue,
+            };
+            let model_part = if message.message_type == MessageType::ToolResult { Duration::ZERO } else { per_call };
+            add(
+                name,
+                previous,
+                message.created_at.map(|at| at - chrono::Duration::from_std(model_part).unwrap_or_default()),
+            );
+            previous = message.created_at;
+        }
+    }
+    Ok(spans
+        .into_iter()
+        .filter_map(|(name, samples)| Summary::of(&samples).map(|summary| (name, summary.p50)))
+        .collect())
+}
+
+/// The phase medians of an instant-mock run, for the row's note (empty for a slow mock).
+fn phase_note(measured: &Measured) -> String {
+    if !measured.model_latency.is_zero() || measured.phases.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> =
+        measured.phases.iter().map(|(name, p50)| format!("{name} {}", crate::stats::ms(*p50))).collect();
+    format!("; phase medians: {}", parts.join(", "))
 }
 
 /// The report rows of these measurements.
@@ -129,10 +208,11 @@ pub fn rows(backend: &Backend, measured: &[Measured]) -> Vec<Row> {
                 target,
                 verdict,
                 format!(
-                    "{} turns; end to end {}; model time p50 {}",
+                    "{} turns; end to end {}; model time p50 {}{}",
                     m.overhead.samples,
                     p50_p99(&m.end_to_end),
-                    crate::stats::ms(m.model_time.p50)
+                    crate::stats::ms(m.model_time.p50),
+                    phase_note(m)
                 ),
             )
         })
