@@ -41,8 +41,9 @@ use crate::error::StoreResult;
 pub(crate) const MIN_MESSAGES: usize = 256;
 /// Most sessions kept.
 pub(crate) const MAX_SESSIONS: usize = 16;
-/// Most bytes kept (estimated from what the messages hold), all sessions together.
-pub(crate) const MAX_BYTES: usize = 16 * 1024 * 1024;
+/// Most bytes kept (estimated from what the messages hold), all sessions together. One
+/// session may take half: a 10,000-message session (~9 MB decoded) must fit.
+pub(crate) const MAX_BYTES: usize = 32 * 1024 * 1024;
 /// How many long sessions read but not kept are remembered (ids only) for admission.
 pub(crate) const GHOST_SESSIONS: usize = 2 * MAX_SESSIONS;
 /// Most revisions a kept history is brought forward by through the index.
@@ -320,6 +321,26 @@ mod tests {
         let (_, large) = row("b", (1, 0, 0, 2), &"x".repeat(10_000));
         assert!(estimated_bytes(&small) > std::mem::size_of::<Message>());
         assert!(estimated_bytes(&large) >= 10_000 + std::mem::size_of::<Message>());
+    }
+
+    #[test]
+    fn a_ten_thousand_message_session_fits_in_the_cache() {
+        // A typical turn: the user's line, a tool call with arguments, its result, the answer.
+        let (_, user) = row("u", (1, 0, 0, 1), &"a question of a line or two ".repeat(4));
+        let (_, mut call) =
+            row("c", (1, 1, 2, 2), "Calling tool `read_file` with arguments: {\"path\": \"notes.txt\"}");
+        call.metadata.tool_name = Some("read_file".to_owned());
+        call.metadata.tool_call_id = Some("call_0123456789".to_owned());
+        call.metadata.tool_arguments = Some(serde_json::json!({"path": "notes.txt"}));
+        let (_, result) = row("r", (1, 1, 3, 3), &"file contents ".repeat(30));
+        let (_, answer) = row("a", (1, 2, 4, 4), &"an answer of a few sentences ".repeat(10));
+        let per_turn: usize = [&user, &call, &result, &answer].iter().map(|m| estimated_bytes(m)).sum();
+        assert!(
+            per_turn * 2_500 <= MAX_BYTES / 2,
+            "10,000 messages cost {} bytes, more than one session may keep ({})",
+            per_turn * 2_500,
+            MAX_BYTES / 2
+        );
     }
 
     #[test]
