@@ -55,3 +55,41 @@ fn build_kesoku() -> Result<(), String> {
     let status = command.status().map_err(|error| format!("cannot run cargo to build `kesoku`: {error}"))?;
     if status.success() { Ok(()) } else { Err(format!("`cargo build -p kesoku` failed ({status}): build it first")) }
 }
+
+/// The list of functions the release `kesoku` is linked with first (`crates/kesoku/build.rs`,
+/// written by `scripts/symbol-order`).
+pub fn symbol_order_list() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("kesoku").join("link").join("symbol-order.txt")
+}
+
+/// How many of the functions the symbol-order list names `binary` defines, as (found, listed):
+/// when few are found the list is stale (regenerate it with `scripts/symbol-order`) and the
+/// resident set grows back. `None` when the list or `nm` (binutils) is missing.
+pub fn symbol_order_coverage(binary: &Path) -> Option<(usize, usize)> {
+    let listed = std::fs::read_to_string(symbol_order_list()).ok()?;
+    let output = std::process::Command::new("nm").args(["--defined-only", "-j"]).arg(binary).output().ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    Some(coverage(&listed, &String::from_utf8_lossy(&output.stdout)))
+}
+
+/// (names of `listed` that `defined` holds, names listed); one name per line in both.
+pub fn coverage(listed: &str, defined: &str) -> (usize, usize) {
+    let defined: std::collections::HashSet<&str> = defined.lines().map(str::trim).collect();
+    let names: Vec<&str> = listed.lines().map(str::trim).filter(|name| !name.is_empty()).collect();
+    (names.iter().filter(|name| defined.contains(*name)).count(), names.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::coverage;
+
+    #[test]
+    fn coverage_counts_the_listed_names_the_binary_defines() {
+        let listed = "_ZN6kesoku4main17h0123E\n\n_ZN5tokio3run17habcdE\nmissing_fn\n";
+        let defined = "_ZN5tokio3run17habcdE\n_ZN6kesoku4main17h0123E\nother\n";
+        assert_eq!(coverage(listed, defined), (2, 3));
+        assert_eq!(coverage("", defined), (0, 0));
+    }
+}

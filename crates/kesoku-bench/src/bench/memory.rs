@@ -25,6 +25,11 @@ use crate::system::Backend;
 #[derive(Debug, Clone)]
 pub struct Measured {
     pub idle_rss: u64,
+    /// Its anonymous part (heap, stacks, relocated data); the rest are pages of files (the
+    /// binary's code, libc).
+    pub idle_anon: u64,
+    /// Functions of the symbol-order list the binary defines, and listed (`None`: unknown).
+    pub symbol_order: Option<(usize, usize)>,
     /// RSS after 1,000 and after 2,000 sessions had one turn each (idle again).
     pub rss_after_1000: u64,
     pub rss_after_2000: u64,
@@ -123,13 +128,20 @@ pub fn strip_ansi(line: &str) -> String {
 
 /// The median of a few RSS samples a little apart.
 async fn settled_rss(pid: u32) -> anyhow::Result<u64> {
+    Ok(settled(pid).await?.0)
+}
+
+/// The medians of a few (RSS, anonymous RSS) samples a little apart.
+async fn settled(pid: u32) -> anyhow::Result<(u64, u64)> {
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let mut samples = Vec::new();
+    let (mut rss, mut anon) = (Vec::new(), Vec::new());
     for _ in 0..5 {
-        samples.push(memory_of(pid).context("the service is gone")?.rss as f64);
+        let memory = memory_of(pid).context("the service is gone")?;
+        rss.push(memory.rss as f64);
+        anon.push(memory.anon as f64);
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Ok(median(&samples) as u64)
+    Ok((median(&rss) as u64, median(&anon) as u64))
 }
 
 pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64) -> anyhow::Result<Measured> {
@@ -143,7 +155,7 @@ pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64) -> anyhow::Resu
     let base = format!("http://{}", service.addr);
     let store = kesoku_store::open_existing(&store_url).await.context("opening the service's store")?;
 
-    let idle_rss = settled_rss(service.pid).await?;
+    let (idle_rss, idle_anon) = settled(service.pid).await?;
     open_sessions(&http, &base, "first", 1000).await?;
     wait_idle(&store, 1000).await?;
     let rss_after_1000 = settled_rss(service.pid).await?;
@@ -155,7 +167,8 @@ pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64) -> anyhow::Resu
     let pid = nix::unistd::Pid::from_raw(i32::try_from(service.pid).unwrap_or(i32::MAX));
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let _ = tokio::time::timeout(Duration::from_secs(30), service.child.wait()).await;
-    Ok(Measured { idle_rss, rss_after_1000, rss_after_2000, soak })
+    let symbol_order = crate::binaries::symbol_order_coverage(binary);
+    Ok(Measured { idle_rss, idle_anon, symbol_order, rss_after_1000, rss_after_2000, soak })
 }
 
 /// Post one message on each of `count` new channels (a new session each), 32 at a time.
@@ -265,6 +278,17 @@ async fn soak(
     })
 }
 
+/// What the bench knows of the binary's code layout (`crates/kesoku/build.rs`).
+pub fn symbol_order_note(coverage: Option<(usize, usize)>) -> String {
+    match coverage {
+        Some((found, listed)) => format!(
+            "{found} of the {listed} functions of the symbol-order list are in the binary{}",
+            if found * 2 < listed { " (stale: run scripts/symbol-order)" } else { "" }
+        ),
+        None => "symbol-order coverage unknown (no list or no `nm`)".to_owned(),
+    }
+}
+
 pub fn rows(measured: &Measured) -> Vec<Row> {
     let per_1000 = measured.per_1000_sessions();
     let per_session = per_1000 as f64 / 1000.0;
@@ -277,7 +301,11 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             mib(measured.idle_rss),
             "≤ 15 MB",
             Verdict::of(measured.idle_rss <= 15 * 1000 * 1000),
-            "VmRSS, instant mock configured".to_owned(),
+            format!(
+                "VmRSS, instant mock configured; anonymous {}; {}",
+                mib(measured.idle_anon),
+                symbol_order_note(measured.symbol_order)
+            ),
         ),
         Row::new(
             "3. memory: per idle session (1,000 sessions after one turn each)",

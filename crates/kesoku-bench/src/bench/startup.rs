@@ -156,7 +156,11 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             mib(measured.peak_rss_median),
             "≤ 12 MB",
             Verdict::of(measured.peak_rss_median <= 12 * 1000 * 1000),
-            format!("median of runs; largest {}", mib(measured.peak_rss_max)),
+            format!(
+                "median of runs; largest {}; {}",
+                mib(measured.peak_rss_max),
+                super::memory::symbol_order_note(crate::binaries::symbol_order_coverage(&measured.binary))
+            ),
         ),
     ]
 }
