@@ -350,14 +350,7 @@ impl<'a> Turn<'a> {
         // deadline ends only the model's side, so the call is never left without its result.
         // A crash before the write lands leaves the call open, and the next run gives it the
         // "restarted" result, as for a crash during the tool.
-        let deferred = self.deferred.take();
-        let gateway = self.deps.gateway;
-        let written = async move {
-            match deferred {
-                Some(result) => gateway.post_many(std::slice::from_ref(&result)).await.map(Some),
-                None => Ok(None),
-            }
-        };
+        let written = write_after_deferred(self.deps.gateway, self.deferred.take(), Vec::new());
         let stop = self.stop.token().clone();
         let deadline = self.context.deadline();
         // Dropping `answer` drops the stream, which aborts the HTTP request.
@@ -370,10 +363,8 @@ impl<'a> Turn<'a> {
             }
         };
         let (written, answered) = tokio::join!(written, answered);
-        if let Some(events) = written? {
-            for event in events {
-                self.replace_in_history(event.message);
-            }
+        if let (Some(result), _) = written? {
+            self.replace_in_history(result);
         }
         let result = answered?;
         if let Some(log) = self.deps.model_log {
@@ -431,21 +422,10 @@ impl<'a> Turn<'a> {
     /// Write `messages` (after a deferred tool result, if one waits) and add them to the
     /// history; returns `messages` as stored.
     async fn post(&mut self, messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
-        let deferred = self.deferred.take();
-        let stored: Vec<Message> = if let Some(result) = deferred {
-            let mut all = Vec::with_capacity(messages.len() + 1);
-            all.push(result);
-            all.extend(messages);
-            let mut events = self.deps.gateway.post_many(&all).await?.into_iter().map(|e| e.message);
-            if let Some(result) = events.next() {
-                self.replace_in_history(result);
-            }
-            events.collect()
-        } else if messages.is_empty() {
-            Vec::new()
-        } else {
-            self.deps.gateway.post_many(&messages).await?.into_iter().map(|e| e.message).collect()
-        };
+        let (result, stored) = write_after_deferred(self.deps.gateway, self.deferred.take(), messages).await?;
+        if let Some(result) = result {
+            self.replace_in_history(result);
+        }
         self.history.extend(stored.iter().cloned());
         Ok(stored)
     }
@@ -682,6 +662,23 @@ pub const STOPPED_BY_USER_RESULT: &str = "Tool call interrupted: the user stoppe
 pub const RESTARTED_RESULT: &str = "Tool call interrupted: the service restarted before it returned a result.";
 /// Synthetic result of a call left open when the turn failed.
 pub const INTERRUPTED_BY_ERROR_RESULT: &str = "Tool call interrupted: the turn failed before it finished.";
+
+/// Write a deferred tool result (if one waits) and then `messages`, in one transaction and in
+/// that order; returns the result as stored and `messages` as stored.
+async fn write_after_deferred(
+    gateway: &Gateway,
+    deferred: Option<Message>,
+    messages: Vec<Message>,
+) -> Result<(Option<Message>, Vec<Message>), GatewayError> {
+    let had_deferred = deferred.is_some();
+    let all: Vec<Message> = deferred.into_iter().chain(messages).collect();
+    if all.is_empty() {
+        return Ok((None, Vec::new()));
+    }
+    let mut stored = gateway.post_many(&all).await?.into_iter().map(|event| event.message);
+    let result = if had_deferred { stored.next() } else { None };
+    Ok((result, stored.collect()))
+}
 
 fn store_failure(error: GatewayError) -> TurnEnd {
     TurnEnd::Failed { detail: format!("{error:?}\n{error}"), short: "the message store failed".to_owned() }

@@ -89,7 +89,7 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
             end_to_end.push(answered.latency);
             model_time.push(model);
             overhead.push(answered.latency.saturating_sub(model));
-            measured_roots.push((session.id.clone(), answered.root.clone(), model));
+            measured_roots.push((session.id.clone(), answered.root.clone(), model, answered.latency));
         }
     }
     let requests = mock.requests();
@@ -118,7 +118,7 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
 /// sits between two stamps.
 async fn phases(
     system: &System,
-    roots: &[(kesoku_core::SessionId, kesoku_core::MessageId, Duration)],
+    roots: &[(kesoku_core::SessionId, kesoku_core::MessageId, Duration, Duration)],
 ) -> anyhow::Result<Vec<(&'static str, Duration)>> {
     use kesoku_core::{MessageFilter, MessageType, Role};
     let store = &system.store.handle;
@@ -132,7 +132,8 @@ async fn phases(
                 None => spans.push((name, vec![span])),
             }
         };
-    for (session_id, root_id, model) in roots {
+    let mut rests = Vec::new();
+    for (session_id, root_id, model, latency) in roots {
         let messages = store.store.list_messages(&MessageFilter::session(session_id)).await?;
         let Some(root) = messages.iter().find(|m| &m.id == root_id) else { continue };
         let ledger = store
@@ -167,16 +168,23 @@ async fn phases(
             );
             previous = message.created_at;
         }
+        // What the stamps do not cover: the API call until the message is written, and the
+        // final answer's way from the store to the client.
+        if let (Some(first), Some(last)) = (root.created_at, previous) {
+            let stamped = (last - first).to_std().unwrap_or_default().saturating_sub(*model);
+            rests.push(latency.saturating_sub(*model).saturating_sub(stamped));
+        }
     }
+    spans.push(("rest: post → written, answer → client", rests));
     Ok(spans
         .into_iter()
         .filter_map(|(name, samples)| Summary::of(&samples).map(|summary| (name, summary.p50)))
         .collect())
 }
 
-/// The phase medians of an instant-mock run, for the row's note (empty for a slow mock).
+/// The phase medians of a run, for the row's note.
 fn phase_note(measured: &Measured) -> String {
-    if !measured.model_latency.is_zero() || measured.phases.is_empty() {
+    if measured.phases.is_empty() {
         return String::new();
     }
     let parts: Vec<String> =
