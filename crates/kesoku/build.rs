@@ -1,5 +1,5 @@
-//! Link options of the release binary that keep its resident set small (docs/BENCHMARKS.md,
-//! "Where the resident set goes"). Release builds on x86_64 Linux with glibc only, where rustc
+//! Link options of the release binary that keep its resident set small (ARCHITECTURE.md,
+//! "Performance choices"; measured in docs/BENCHMARKS.md, fifth run). Release builds on x86_64 Linux with glibc only, where rustc
 //! links with its bundled lld by default; `KESOKU_LINK_PLAIN=1` turns both off (another linker,
 //! or a binary for an older glibc).
 //!

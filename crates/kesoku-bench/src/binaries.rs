@@ -74,6 +74,17 @@ pub fn symbol_order_coverage(binary: &Path) -> Option<(usize, usize)> {
     Some(coverage(&listed, &String::from_utf8_lossy(&output.stdout)))
 }
 
+/// What the bench knows of `binary`'s code layout (`crates/kesoku/build.rs`), for a row's note.
+pub fn symbol_order_note(binary: &Path) -> String {
+    match symbol_order_coverage(binary) {
+        Some((found, listed)) => format!(
+            "{found} of the {listed} functions of the symbol-order list are in the binary{}",
+            if found * 2 < listed { " (stale: run scripts/symbol-order)" } else { "" }
+        ),
+        None => "symbol-order coverage unknown (no list or no `nm`)".to_owned(),
+    }
+}
+
 /// (names of `listed` that `defined` holds, names listed); one name per line in both.
 pub fn coverage(listed: &str, defined: &str) -> (usize, usize) {
     let defined: std::collections::HashSet<&str> = defined.lines().map(str::trim).collect();

@@ -28,8 +28,8 @@ pub struct Measured {
     /// Its anonymous part (heap, stacks, relocated data); the rest are pages of files (the
     /// binary's code, libc).
     pub idle_anon: u64,
-    /// Functions of the symbol-order list the binary defines, and listed (`None`: unknown).
-    pub symbol_order: Option<(usize, usize)>,
+    /// How much of the symbol-order list the binary has ([`crate::binaries::symbol_order_note`]).
+    pub symbol_order: String,
     /// RSS after 1,000 and after 2,000 sessions had one turn each (idle again).
     pub rss_after_1000: u64,
     pub rss_after_2000: u64,
@@ -167,7 +167,7 @@ pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64) -> anyhow::Resu
     let pid = nix::unistd::Pid::from_raw(i32::try_from(service.pid).unwrap_or(i32::MAX));
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let _ = tokio::time::timeout(Duration::from_secs(30), service.child.wait()).await;
-    let symbol_order = crate::binaries::symbol_order_coverage(binary);
+    let symbol_order = crate::binaries::symbol_order_note(binary);
     Ok(Measured { idle_rss, idle_anon, symbol_order, rss_after_1000, rss_after_2000, soak })
 }
 
@@ -278,17 +278,6 @@ async fn soak(
     })
 }
 
-/// What the bench knows of the binary's code layout (`crates/kesoku/build.rs`).
-pub fn symbol_order_note(coverage: Option<(usize, usize)>) -> String {
-    match coverage {
-        Some((found, listed)) => format!(
-            "{found} of the {listed} functions of the symbol-order list are in the binary{}",
-            if found * 2 < listed { " (stale: run scripts/symbol-order)" } else { "" }
-        ),
-        None => "symbol-order coverage unknown (no list or no `nm`)".to_owned(),
-    }
-}
-
 pub fn rows(measured: &Measured) -> Vec<Row> {
     let per_1000 = measured.per_1000_sessions();
     let per_session = per_1000 as f64 / 1000.0;
@@ -301,11 +290,7 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             mib(measured.idle_rss),
             "≤ 15 MB",
             Verdict::of(measured.idle_rss <= 15 * 1000 * 1000),
-            format!(
-                "VmRSS, instant mock configured; anonymous {}; {}",
-                mib(measured.idle_anon),
-                symbol_order_note(measured.symbol_order)
-            ),
+            format!("VmRSS, instant mock configured; anonymous {}; {}", mib(measured.idle_anon), measured.symbol_order),
         ),
         Row::new(
             "3. memory: per idle session (1,000 sessions after one turn each)",

@@ -170,9 +170,9 @@ async fn phases(
         }
         // What the stamps do not cover: the API call until the message is written, and the
         // final answer's way from the store to the client.
+        // (Model time lies inside both the latency and the stamped span.)
         if let (Some(first), Some(last)) = (root.created_at, previous) {
-            let stamped = (last - first).to_std().unwrap_or_default().saturating_sub(*model);
-            rests.push(latency.saturating_sub(*model).saturating_sub(stamped));
+            rests.push(latency.saturating_sub((last - first).to_std().unwrap_or_default()));
         }
     }
     spans.push(("rest: post → written, answer → client", rests));

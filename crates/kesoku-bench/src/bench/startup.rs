@@ -159,7 +159,7 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             format!(
                 "median of runs; largest {}; {}",
                 mib(measured.peak_rss_max),
-                super::memory::symbol_order_note(crate::binaries::symbol_order_coverage(&measured.binary))
+                crate::binaries::symbol_order_note(&measured.binary)
             ),
         ),
     ]
