@@ -209,21 +209,40 @@ impl StoreHandle {
 /// URLs: `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://relative.db`), `sqlite::memory:`,
 /// `postgres://…` or `postgresql://…` (a `search_path` option chooses the schema).
 pub async fn open(url: &str) -> StoreResult<StoreHandle> {
-    open_in_mode(url, OpenMode::CreateIfMissing).await
+    open_in_mode(url, OpenMode::CreateIfMissing, Footprint::Service).await
 }
 
 /// Like [`open`], but never creates a store: a missing SQLite file or an empty PostgreSQL
 /// schema is [`StoreError::Missing`] (for read-only commands such as `kesoku history list`).
 pub async fn open_existing(url: &str) -> StoreResult<StoreHandle> {
-    open_in_mode(url, OpenMode::MustExist).await
+    open_in_mode(url, OpenMode::MustExist, Footprint::Service).await
 }
 
-async fn open_in_mode(url: &str, mode: OpenMode) -> StoreResult<StoreHandle> {
+/// Like [`open_existing`], holding what `footprint` says (a SQLite file only; an in-memory
+/// store has one connection anyway, and PostgreSQL opens pooled connections as they are used).
+pub async fn open_existing_with(url: &str, footprint: Footprint) -> StoreResult<StoreHandle> {
+    open_in_mode(url, OpenMode::MustExist, footprint).await
+}
+
+/// How much a SQLite store holds while open.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Footprint {
+    /// For the service: the writer thread, two reader threads with a read-only connection each
+    /// (reads never wait for writes), and a checkpoint thread with its own connection.
+    #[default]
+    Service,
+    /// For a command holding one conversation (`kesoku chat`): the writer thread and its
+    /// connection only. Reads wait behind writes, and SQLite checkpoints inside the commit
+    /// that crosses 1,000 pages of log.
+    Command,
+}
+
+async fn open_in_mode(url: &str, mode: OpenMode, footprint: Footprint) -> StoreResult<StoreHandle> {
     match Location::parse(url)? {
         Location::SqliteFile(path) => {
             let store = match mode {
                 OpenMode::CreateIfMissing => SqliteStore::open(&path).await?,
-                OpenMode::MustExist => SqliteStore::open_existing(&path).await?,
+                OpenMode::MustExist => SqliteStore::open_existing_with(&path, footprint).await?,
             };
             Ok(StoreHandle::new(store))
         }

@@ -19,8 +19,8 @@
 //! processes too), which is what lets [`Store::changes_since`] readers never skip a change.
 //!
 //! **Reads** run on a few reader threads, each with a read-only connection, which WAL lets run
-//! beside the writer. An in-memory store has a single connection, so its reads go to the
-//! writer. Status changes and claims read the row inside their write job (a corrupt row is
+//! beside the writer. An in-memory store has a single connection, and so does a store opened
+//! for a command ([`Footprint::Command`]): their reads go to the writer. Status changes and claims read the row inside their write job (a corrupt row is
 //! refused before anything is written, and no compare-and-set retry is ever needed).
 //!
 //! Opening never changes a file that is not ours: the file is inspected first (read only, no
@@ -47,7 +47,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::history_cache::{HistoryCache, PhasedKey, RowReader};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
 use crate::sql::{Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, Query, SESSION_COLUMNS, SESSION_COLUMNS_S};
-use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
+use crate::{Claim, Footprint, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
 
 /// The revision of a change made by one statement (which holds the write lock while reading it).
 const NEXT_REV: &str = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM messages)";
@@ -117,8 +117,10 @@ enum Inbox<J> {
 /// The threads and the way to reach them. Dropping the last handle ends them.
 struct Engine {
     writes: Sender<Inbox<WriteJob>>,
-    /// `None` for an in-memory store: its reads go to the writer.
+    /// `None` for an in-memory store and a command's: their reads go to the writer.
     reads: Option<Sender<Inbox<ReadJob>>>,
+    /// How many reader threads take from `reads`.
+    readers: usize,
     /// The file path (or `:memory:`), for errors and logs.
     location: Arc<str>,
     /// Long sessions' decoded histories, brought forward by revision on each read.
@@ -143,13 +145,19 @@ impl std::fmt::Debug for SqliteStore {
 impl SqliteStore {
     /// Open the store in `path`, creating the file (and the schema) when missing.
     pub async fn open(path: impl AsRef<Path>) -> StoreResult<Self> {
-        Self::open_file(path.as_ref(), OpenMode::CreateIfMissing).await
+        Self::open_file(path.as_ref(), OpenMode::CreateIfMissing, Footprint::Service).await
     }
 
     /// Open the store in `path`, which must exist ([`StoreError::Missing`] otherwise); for
     /// commands that only read.
     pub async fn open_existing(path: impl AsRef<Path>) -> StoreResult<Self> {
-        Self::open_file(path.as_ref(), OpenMode::MustExist).await
+        Self::open_file(path.as_ref(), OpenMode::MustExist, Footprint::Service).await
+    }
+
+    /// Like [`SqliteStore::open_existing`], holding the connections and threads `footprint`
+    /// says.
+    pub async fn open_existing_with(path: impl AsRef<Path>, footprint: Footprint) -> StoreResult<Self> {
+        Self::open_file(path.as_ref(), OpenMode::MustExist, footprint).await
     }
 
     /// A private in-memory store (one connection, shared by reads and writes). Gone when the
@@ -167,7 +175,14 @@ impl SqliteStore {
         .map_err(|error| closed(&format!("opening the in-memory store failed: {error}")))??;
         let location: Arc<str> = Arc::from(":memory:");
         let writes = start_writer(conn, &location, None);
-        let engine = Engine { writes, reads: None, location, history: Arc::default(), checkpointer: Mutex::new(None) };
+        let engine = Engine {
+            writes,
+            reads: None,
+            readers: 0,
+            location,
+            history: Arc::default(),
+            checkpointer: Mutex::new(None),
+        };
         Ok(SqliteStore { engine: Arc::new(engine), clock })
     }
 
@@ -186,7 +201,7 @@ impl SqliteStore {
             waits.push(wait);
         }
         if let Some(reads) = &self.engine.reads {
-            for _ in 0..READERS {
+            for _ in 0..self.engine.readers {
                 let (done, wait) = std::sync::mpsc::channel();
                 if reads.send(Inbox::Close(done)).is_ok() {
                     waits.push(wait);
@@ -206,7 +221,7 @@ impl SqliteStore {
         .await;
     }
 
-    async fn open_file(path: &Path, mode: OpenMode) -> StoreResult<Self> {
+    async fn open_file(path: &Path, mode: OpenMode, footprint: Footprint) -> StoreResult<Self> {
         let location: Arc<str> = Arc::from(path.display().to_string());
         let what = describe(&location);
         let exists = tokio::fs::try_exists(path).await.map_err(|error| StoreError::Foreign {
@@ -220,7 +235,7 @@ impl SqliteStore {
         let now = clock.now();
         let owned_path = PathBuf::from(path);
         let (writer, readers, checkpointer) =
-            tokio::task::spawn_blocking(move || open_blocking(&owned_path, mode, &what, now))
+            tokio::task::spawn_blocking(move || open_blocking(&owned_path, mode, footprint, &what, now))
                 .await
                 .map_err(|error| closed(&format!("opening the store failed: {error}")))??;
         let (checkpoints, checkpointer) = match checkpointer.map(|conn| start_checkpointer(conn, &location)) {
@@ -228,11 +243,12 @@ impl SqliteStore {
             None => (None, None),
         };
         let writes = start_writer(writer, &location, checkpoints);
-        let reads = start_readers(readers, &location);
+        let count = readers.len();
+        let reads = (count > 0).then(|| start_readers(readers, &location));
         let history = Arc::default();
         let checkpointer = Mutex::new(checkpointer);
         Ok(SqliteStore {
-            engine: Arc::new(Engine { writes, reads: Some(reads), location, history, checkpointer }),
+            engine: Arc::new(Engine { writes, reads, readers: count, location, history, checkpointer }),
             clock,
         })
     }
@@ -317,6 +333,7 @@ impl SqliteStore {
 fn open_blocking(
     path: &Path,
     mode: OpenMode,
+    footprint: Footprint,
     what: &str,
     now: DateTime<Utc>,
 ) -> StoreResult<(Connection, Vec<Connection>, Option<Connection>)> {
@@ -336,8 +353,12 @@ fn open_blocking(
         tracing::warn!(journal_mode = %journal, store = what, "sqlite store is not in WAL mode");
     }
     migrate_blocking(&writer, what, now)?;
-    let mut readers = Vec::with_capacity(READERS);
-    for _ in 0..READERS {
+    let reader_count = match footprint {
+        Footprint::Service => READERS,
+        Footprint::Command => 0,
+    };
+    let mut readers = Vec::with_capacity(reader_count);
+    for _ in 0..reader_count {
         let reader =
             Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
                 .map_err(|error| open_error(error, what))?;
@@ -347,8 +368,9 @@ fn open_blocking(
     // Checkpoints move the log back into the database file and sync it: milliseconds that,
     // left automatic, land inside whichever commit crosses 1,000 pages (the slowest turns).
     // A connection of their own does them beside the writer instead; without it they stay
-    // automatic.
-    let checkpointer = if journal.eq_ignore_ascii_case("wal") {
+    // automatic. A command's store leaves them automatic: its few writes seldom reach 1,000
+    // pages, and a thread and a connection more would be most of what it holds.
+    let checkpointer = if journal.eq_ignore_ascii_case("wal") && footprint == Footprint::Service {
         match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
             .and_then(|conn| conn.busy_timeout(BUSY_TIMEOUT).map(|()| conn))
             .and_then(|conn| conn.execute_batch("PRAGMA journal_size_limit = 16777216").map(|()| conn))

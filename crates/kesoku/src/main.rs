@@ -19,7 +19,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     init_tracing(&cli);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    // The service spreads sessions over every core; a command (a one-shot turn, an interactive
+    // chat, a history listing) is one conversation at a time and runs on this thread alone:
+    // two fewer threads, each with its own stack and allocator pages, at every start.
+    let mut builder = if matches!(cli.command, cli::Command::Start(_)) {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: cannot start the async runtime: {error}");

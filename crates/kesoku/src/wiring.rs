@@ -9,7 +9,7 @@ use kesoku_broker::MemoryBroker;
 use kesoku_broker::MemoryQueue;
 use kesoku_gateway::Gateway;
 use kesoku_llm::Model;
-use kesoku_store::StoreHandle;
+use kesoku_store::{Footprint, StoreHandle};
 
 use crate::config::{Config, ModelEntry};
 
@@ -23,9 +23,12 @@ pub async fn open_store(config: &Config, create: bool) -> anyhow::Result<StoreHa
     handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
 }
 
-/// The store plus an in-process broker.
-pub async fn open_gateway(config: &Config) -> anyhow::Result<(StoreHandle, Gateway)> {
-    let handle = open_store(config, false).await?;
+/// The store plus an in-process broker. `footprint`: what a SQLite store holds open (the
+/// service's readers and checkpoint thread, or a command's single connection).
+pub async fn open_gateway(config: &Config, footprint: Footprint) -> anyhow::Result<(StoreHandle, Gateway)> {
+    let handle = kesoku_store::open_existing_with(&config.database_url, footprint)
+        .await
+        .with_context(|| format!("opening the store configured in {}", config.path.display()))?;
     let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
     Ok((handle, gateway))
 }

@@ -316,3 +316,50 @@ async fn a_log_grown_by_a_burst_is_cut_back_after_a_checkpoint() {
     assert_eq!(history.len(), 240 + index);
     store.close().await;
 }
+
+/// A command's store (one connection, its reads behind its writes) on the same file as the
+/// service's: each sees the other's writes and claims, and a claim the one holds the other
+/// cannot take.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_store_shares_the_file_with_the_service() {
+    use kesoku_core::{MessageFilter, Status};
+    use kesoku_store::{Footprint, Store};
+
+    let (_dir, path) = temp_sqlite_path();
+    let service = SqliteStore::open(&path).await.expect("create");
+    let url = format!("sqlite://{}", path.display());
+    let command = kesoku_store::open_existing_with(&url, Footprint::Command).await.expect("the command's store");
+    let session = SessionId::from("sess_both");
+
+    let rev = service.current_rev().await.expect("rev");
+    command.store.insert_messages(&[prompt("msg_from_command", "sess_both")]).await.expect("the command writes");
+    service.insert_messages(&[prompt("msg_from_service", "sess_both")]).await.expect("the service writes");
+
+    let seen_by_command: Vec<String> = command
+        .store
+        .session_history(&session)
+        .await
+        .expect("the command reads")
+        .into_iter()
+        .map(|message| message.id.to_string())
+        .collect();
+    assert_eq!(seen_by_command, ["msg_from_command", "msg_from_service"]);
+    let changes = service.changes_since(rev, &MessageFilter::default(), 10).await.expect("changes");
+    assert_eq!(changes.len(), 2, "the service's change feed holds the command's write: {changes:?}");
+
+    let id = MessageId::from("msg_from_service");
+    let won =
+        command.store.claim(&id, Status::Processing, &[Status::PendingAgent], "command-worker").await.expect("claim");
+    assert!(won.is_some(), "the command claims the service's message");
+    let lost =
+        service.claim(&id, Status::Processing, &[Status::PendingAgent], "service-worker").await.expect("claim again");
+    assert!(lost.is_none(), "a claim held through the command's store is not taken twice");
+    let claim = service.claim_of(&id).await.expect("claim_of").expect("claimed");
+    assert_eq!(claim.claimed_by, "command-worker");
+
+    // A command's store opens only what exists.
+    let missing = format!("sqlite://{}", path.with_file_name("absent.db").display());
+    let error = kesoku_store::open_existing_with(&missing, Footprint::Command).await.expect_err("no such store");
+    assert!(matches!(error, StoreError::Missing { .. }), "{error:?}");
+    service.close().await;
+}

@@ -114,7 +114,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
 
-    let (handle, gateway) = wiring::open_gateway(config).await?;
+    let (handle, gateway) = wiring::open_gateway(config, kesoku_store::Footprint::Service).await?;
     let agent = wiring::build_agent(config, &handle, gateway.clone(), models)?;
     let report = agent.recover().await.context("recovering unfinished work")?;
     let waiting = gateway.store().list_messages(&MessageFilter::status(Status::PendingAgent)).await?.len();
