@@ -30,8 +30,9 @@
 //!
 //! **Reads** run on a few reader threads, each with a read-only connection, which WAL lets run
 //! beside the writer. An in-memory store has a single connection, and so does a store opened
-//! for a command ([`Footprint::Command`]): their reads go to the writer. Status changes and claims read the row inside their write job (a corrupt row is
-//! refused before anything is written, and no compare-and-set retry is ever needed).
+//! for a command ([`Footprint::Command`]): their reads go to the writer. Status changes and
+//! claims read the row inside their write job (a corrupt row is refused before anything is
+//! written, and no compare-and-set retry is ever needed).
 //!
 //! Opening never changes a file that is not ours: the file is inspected first (read only, no
 //! journal-mode change), and only an empty database or a Kesoku store is migrated.
@@ -71,9 +72,10 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Content above which a write always goes to the writer thread (it would hold the caller's
 /// thread, an async worker, for a millisecond or more).
 const INLINE_BYTES: usize = 64 * 1024;
-/// How long after finding the writer busy callers keep queueing: under load one commit per
-/// batch beats one per caller (measured: 14 % fewer turns per second at saturation when every
-/// idle moment was taken inline).
+/// How long after finding the writer busy callers keep queueing, so that under load jobs
+/// gather into the writer's batches (one commit for many). Measured alone it made no
+/// difference beyond noise to saturated throughput; the 15 % loss of taking every idle moment
+/// inline came from reads, which [`SqliteStore::read`] keeps on the threads under load.
 const CONTENDED_FOR: Duration = Duration::from_millis(2);
 /// How long the checkpointer lets writes gather after being woken before it checkpoints.
 const CHECKPOINT_DELAY: Duration = Duration::from_millis(200);
@@ -316,11 +318,7 @@ impl SqliteStore {
                 let _ = answer.send(result);
             })
         });
-        self.engine.writer.queued.fetch_add(1, Ordering::AcqRel);
-        if self.engine.writes.send(Inbox::Job(job)).is_err() {
-            self.engine.writer.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(closed("the store is closed"));
-        }
+        send_counted(&self.engine.writes, &self.engine.writer.queued, job)?;
         answered.await.map_err(|_| closed("the store's writer stopped"))?
     }
 
@@ -334,21 +332,30 @@ impl SqliteStore {
         let Some((reads, slots)) = &self.engine.reads else { return self.write(work).await };
         // Under load (writes waiting for the writer), reads stay on the reader threads too: the
         // async workers then keep to the turns' own work, beside them.
-        let loaded = self.engine.writer.queued.load(Ordering::Acquire) != 0;
-        let work = match if loaded { Err(work) } else { read_inline(slots, work) } {
-            Ok(result) => return result,
-            Err(work) => work,
+        let work = if self.engine.writer.queued.load(Ordering::Acquire) != 0 {
+            work
+        } else {
+            match read_inline(slots, work) {
+                Ok(result) => return result,
+                Err(work) => work,
+            }
         };
         let (answer, answered) = oneshot::channel();
         let job: ReadJob = Box::new(move |conn| {
             let _ = answer.send(work(conn));
         });
-        slots.queued.fetch_add(1, Ordering::AcqRel);
-        if reads.send(Inbox::Job(job)).is_err() {
-            slots.queued.fetch_sub(1, Ordering::AcqRel);
-            return Err(closed("the store is closed"));
-        }
+        send_counted(reads, &slots.queued, job)?;
         answered.await.map_err(|_| closed("the store's reader stopped"))?
+    }
+
+    /// [`SqliteStore::write`], or straight to the writer thread when `content_bytes` is over
+    /// [`INLINE_BYTES`].
+    async fn write_sized<T, F>(&self, content_bytes: usize, work: F) -> StoreResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> StoreResult<T> + Send + 'static,
+    {
+        if content_bytes > INLINE_BYTES { self.write_queued(work).await } else { self.write(work).await }
     }
 
     /// Messages returned by `query` (columns of [`MESSAGE_COLUMNS`]), on a reader.
@@ -557,20 +564,31 @@ fn relock<'a, T>(result: Result<MutexGuard<'a, T>, std::sync::PoisonError<MutexG
 /// The writer's connection, locked. After a panic inside a job (the lock is then poisoned), a
 /// transaction the job left open is rolled back: none of its writes was acknowledged.
 fn lock_writable(slot: &WriterSlot) -> MutexGuard<'_, Option<Writable>> {
-    let guard = relock(slot.writable.lock());
+    heal(slot, relock(slot.writable.lock()))
+}
+
+/// The guard of the writer's lock, once a transaction left open by a job that panicked (the
+/// lock is then poisoned) is rolled back.
+fn heal<'a>(slot: &WriterSlot, guard: MutexGuard<'a, Option<Writable>>) -> MutexGuard<'a, Option<Writable>> {
     if slot.writable.is_poisoned() {
-        roll_back_leftover(&guard);
+        if let Some(writable) = guard.as_ref()
+            && !writable.conn.is_autocommit()
+        {
+            let _ = writable.conn.execute_batch("ROLLBACK");
+        }
         slot.writable.clear_poison();
     }
     guard
 }
 
-fn roll_back_leftover(writable: &Option<Writable>) {
-    if let Some(writable) = writable
-        && !writable.conn.is_autocommit()
-    {
-        let _ = writable.conn.execute_batch("ROLLBACK");
+/// Queue `job`, counted in `queued` until its thread has run it.
+fn send_counted<J>(inbox: &Sender<Inbox<J>>, queued: &AtomicUsize, job: J) -> StoreResult<()> {
+    queued.fetch_add(1, Ordering::AcqRel);
+    if inbox.send(Inbox::Job(job)).is_err() {
+        queued.fetch_sub(1, Ordering::AcqRel);
+        return Err(closed("the store is closed"));
     }
+    Ok(())
 }
 
 impl WriterSlot {
@@ -606,12 +624,7 @@ where
     }
     let guard = match slot.writable.try_lock() {
         Ok(guard) => guard,
-        Err(TryLockError::Poisoned(poisoned)) => {
-            let guard = poisoned.into_inner();
-            roll_back_leftover(&guard);
-            slot.writable.clear_poison();
-            guard
-        }
+        Err(TryLockError::Poisoned(poisoned)) => heal(slot, poisoned.into_inner()),
         Err(TryLockError::WouldBlock) => {
             slot.contended();
             return Err(work);
@@ -1151,8 +1164,7 @@ fn status_update_sql() -> String {
 impl Store for SqliteStore {
     async fn insert_message(&self, message: &Message) -> StoreResult<MessageEvent> {
         let stored = stamp(message, self.clock.now());
-        let work = move |conn: &Connection| insert_in(conn, &stored, None);
-        if message.content.len() > INLINE_BYTES { self.write_queued(work).await } else { self.write(work).await }
+        self.write_sized(message.content.len(), move |conn| insert_in(conn, &stored, None)).await
     }
 
     async fn insert_messages(&self, messages: &[Message]) -> StoreResult<Vec<MessageEvent>> {
@@ -1161,15 +1173,12 @@ impl Store for SqliteStore {
         }
         let now = self.clock.now();
         let stored: Vec<Message> = messages.iter().map(|message| stamp(message, now)).collect();
-        let work = move |conn: &Connection| {
+        let content_bytes = messages.iter().map(|message| message.content.len()).sum();
+        self.write_sized(content_bytes, move |conn| {
             let first = next_rev(conn)?;
             stored.iter().zip(first..).map(|(message, rev)| insert_in(conn, message, Some(rev))).collect()
-        };
-        if messages.iter().map(|message| message.content.len()).sum::<usize>() > INLINE_BYTES {
-            self.write_queued(work).await
-        } else {
-            self.write(work).await
-        }
+        })
+        .await
     }
 
     async fn get_message(&self, id: &MessageId) -> StoreResult<Option<Message>> {

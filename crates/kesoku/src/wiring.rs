@@ -15,20 +15,24 @@ use crate::config::{Config, ModelEntry};
 
 /// Open the configured store. `create`: make the SQLite file if missing (only `init` does).
 pub async fn open_store(config: &Config, create: bool) -> anyhow::Result<StoreHandle> {
-    let handle = if create {
-        kesoku_store::open(&config.database_url).await
+    if create {
+        let handle = kesoku_store::open(&config.database_url).await;
+        handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
     } else {
-        kesoku_store::open_existing(&config.database_url).await
-    };
+        open_existing_store(config, Footprint::Service).await
+    }
+}
+
+/// Open the configured store, which must exist, holding what `footprint` says.
+async fn open_existing_store(config: &Config, footprint: Footprint) -> anyhow::Result<StoreHandle> {
+    let handle = kesoku_store::open_existing_with(&config.database_url, footprint).await;
     handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
 }
 
 /// The store plus an in-process broker. `footprint`: what a SQLite store holds open (the
 /// service's readers and checkpoint thread, or a command's single connection).
 pub async fn open_gateway(config: &Config, footprint: Footprint) -> anyhow::Result<(StoreHandle, Gateway)> {
-    let handle = kesoku_store::open_existing_with(&config.database_url, footprint)
-        .await
-        .with_context(|| format!("opening the store configured in {}", config.path.display()))?;
+    let handle = open_existing_store(config, footprint).await?;
     let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
     Ok((handle, gateway))
 }
