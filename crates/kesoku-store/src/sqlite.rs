@@ -441,8 +441,12 @@ fn open_blocking(
     // pages, and a thread and a connection more would be most of what it holds.
     let checkpointer = if journal.eq_ignore_ascii_case("wal") && footprint == Footprint::Service {
         match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .and_then(|conn| conn.busy_timeout(BUSY_TIMEOUT).map(|()| conn))
-            .and_then(|conn| conn.execute_batch("PRAGMA journal_size_limit = 16777216").map(|()| conn))
+            // Never waits: a passive checkpoint skips what is busy, and the write that starts
+            // the log over (`start_log_over`) gives way to the writer.
+            .and_then(|conn| conn.busy_timeout(Duration::ZERO).map(|()| conn))
+            .and_then(|conn| {
+                conn.execute_batch("PRAGMA journal_size_limit = 16777216; PRAGMA synchronous = NORMAL;").map(|()| conn)
+            })
             .and_then(|conn| writer.execute_batch("PRAGMA wal_autocheckpoint = 0").map(|()| conn))
         {
             Ok(conn) => Some(conn),
@@ -717,7 +721,8 @@ fn reader_loop(slots: &ReaderSlots, index: usize, inbox: &Mutex<Receiver<Inbox<R
 
 /// The checkpoint thread: woken by the writer after its commits, it waits
 /// [`CHECKPOINT_DELAY`] for more, then runs a passive checkpoint (which never blocks the writer
-/// or the readers). It ends when the writer does. An idle store wakes nobody.
+/// or the readers) and, when that moved the whole log, starts the log over
+/// ([`start_log_over`]). It ends when the writer does. An idle store wakes nobody.
 fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (SyncSender<()>, Option<std::thread::JoinHandle<()>>) {
     let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
     let name = format!("kesoku-sqlite-checkpoint {location}");
@@ -734,8 +739,10 @@ fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (SyncSender<()>,
             };
             let result: Result<(i64, i64, i64), _> =
                 conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
-            if let Err(error) = result {
-                tracing::warn!(%error, "a background checkpoint failed; the next write tries again");
+            match result {
+                Ok((_, log, moved)) if log > 0 && moved == log && !ended => start_log_over(&conn),
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "a background checkpoint failed; the next write tries again"),
             }
             if ended {
                 return;
@@ -748,6 +755,28 @@ fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (SyncSender<()>,
             // The log then grows until the last connection closes (SQLite checkpoints it there).
             tracing::error!(%error, "cannot start the sqlite checkpoint thread");
             (wake, None)
+        }
+    }
+}
+
+/// After a checkpoint that moved the whole log into the database file, the next write starts
+/// the log over from its beginning, and starting over syncs the log's new header (SQLite does
+/// so even with `synchronous = NORMAL`, to keep the file sound). That fsync (about 1 ms here,
+/// far more on slow disks) would land in the first write after every quiet moment: a turn's
+/// first write after its model call, a user's message after a pause. The checkpoint thread
+/// takes it instead, with a write of its own that changes nothing (the header's
+/// `user_version`, set to what it holds) but starts the log over. If the writer holds the lock
+/// right now, it is left alone: that write starts the log over itself.
+fn start_log_over(conn: &Connection) {
+    let result = conn.execute_batch("BEGIN IMMEDIATE").and_then(|()| {
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        conn.execute_batch(&format!("PRAGMA user_version = {version}"))?;
+        conn.execute_batch("COMMIT")
+    });
+    if let Err(error) = result {
+        let _ = conn.execute_batch("ROLLBACK");
+        if error.sqlite_error_code() != Some(ErrorCode::DatabaseBusy) {
+            tracing::debug!(%error, "could not start the log over after a checkpoint; the next write will");
         }
     }
 }

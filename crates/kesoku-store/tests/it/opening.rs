@@ -278,6 +278,38 @@ async fn the_log_is_checkpointed_in_the_background() {
     store.close().await;
 }
 
+/// After a quiet moment the background checkpoint has moved the whole log into the database
+/// file; starting the log over (which syncs its new header) is then done by the checkpoint
+/// thread, not by the next write: the write after the pause appends to a log already started
+/// over (its header, with the salts SQLite changes at every restart, stays as it was).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_is_started_over_by_the_checkpoint_thread_not_by_the_next_write() {
+    use kesoku_store::Store;
+
+    let (_dir, path) = temp_sqlite_path();
+    let store = SqliteStore::open(&path).await.expect("create");
+    let wal = path.with_extension("db-wal");
+    // Bytes 12..24 of the log's header: the checkpoint sequence and the two salts.
+    let header = || std::fs::read(&wal).ok().and_then(|bytes| bytes.get(12..24).map(<[u8]>::to_vec));
+    store.insert_message(&prompt("msg_before_pause", "sess_restart")).await.expect("a first write");
+    let written = header().expect("the write left a log with a header");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while header().as_ref() == Some(&written) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the log was not started over within 10 s of the write: its header is still {written:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let restarted = header().expect("a log header after the restart");
+    store.insert_message(&prompt("msg_after_pause", "sess_restart")).await.expect("the write after the pause");
+    assert_eq!(header(), Some(restarted), "the write after the pause started the log over itself");
+    let history = store.session_history(&SessionId::from("sess_restart")).await.expect("history");
+    let ids: Vec<&str> = history.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["msg_before_pause", "msg_after_pause"]);
+    store.close().await;
+}
+
 /// A burst grows the write-ahead log; once checkpointed, the next write starts the log over and
 /// cuts the file back to the limit instead of keeping the burst's size on disk for good.
 #[tokio::test]
