@@ -620,6 +620,10 @@ impl<'a> Turn<'a> {
         let mut message = self.origin.final_text(self.step.max(1), text, Some(metrics));
         message.metadata.thought_signature = signature;
         self.post(vec![message]).await?;
+        // The answer is stored and announced: let whoever waits for it (a chatbot delivering
+        // it) run before this turn's bookkeeping (statuses, ledger), which a store write made
+        // on this thread would otherwise run first without a pause.
+        tokio::task::yield_now().await;
         Ok(())
     }
 

@@ -33,7 +33,16 @@ async fn confined(ctx: &ToolContext, raw: &str) -> Result<ConfinedPath, ToolOutp
 }
 
 async fn reject_folder(path: &Path, raw: &str) -> Result<(), ToolOutput> {
-    match tokio::fs::metadata(path).await {
+    folder_verdict(tokio::fs::metadata(path).await, raw)
+}
+
+/// [`reject_folder`] for code already on a blocking thread.
+fn reject_folder_blocking(path: &Path, raw: &str) -> Result<(), ToolOutput> {
+    folder_verdict(std::fs::metadata(path), raw)
+}
+
+fn folder_verdict(metadata: std::io::Result<std::fs::Metadata>, raw: &str) -> Result<(), ToolOutput> {
+    match metadata {
         Ok(metadata) if metadata.is_dir() => Err(ToolOutput::failure(format!(
             "`{raw}` is a folder, not a file; list it with run_shell_command (`ls -la {raw}`)"
         ))),

@@ -68,7 +68,7 @@ pub(crate) async fn confine(ctx: &ToolContext, raw: &str) -> Result<ConfinedPath
     }
 }
 
-fn confine_blocking(workspace: &Path, staging: &Path, raw: &str) -> Result<ConfinedPath, PathError> {
+pub(crate) fn confine_blocking(workspace: &Path, staging: &Path, raw: &str) -> Result<ConfinedPath, PathError> {
     if raw.trim().is_empty() {
         return Err(PathError::Empty);
     }

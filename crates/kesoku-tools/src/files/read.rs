@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{READ_FILE, confined, effective, reject_folder};
+use super::paths::confine_blocking;
+use super::{READ_FILE, effective, reject_folder_blocking};
 use crate::config::FilesConfig;
 use crate::output::first_chars;
 use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec, parse_arguments};
@@ -67,25 +68,29 @@ impl Tool for ReadFileTool {
             Ok(params) => params,
             Err(output) => return output,
         };
-        let target = match confined(ctx, &params.path).await {
-            Ok(target) => target,
-            Err(output) => return output,
-        };
-        let raw = params.path;
-        if !target.exists {
-            return ToolOutput::failure(format!("file `{raw}` does not exist"));
-        }
-        if let Err(output) = reject_folder(&target.path, &raw).await {
-            return output;
-        }
         let start = params.offset.unwrap_or(1).max(1);
         let limit = params.limit.filter(|limit| *limit > 0);
         let max_chars = self.config.max_read_chars;
-        let path = target.path.clone();
-        let excerpt = tokio::task::spawn_blocking(move || read_excerpt(&path, start, limit, max_chars)).await;
+        let (workspace, staging) = (ctx.workspace.clone(), ctx.staging_path());
+        let raw = params.path;
+        let path = raw.clone();
+        // Confining the path, checking what it names and reading it are a few system calls
+        // each: one trip to a blocking thread for all of them (not one per step; every trip
+        // wakes a thread and then the runtime again).
+        let excerpt = tokio::task::spawn_blocking(move || -> Result<Excerpt, ToolOutput> {
+            let target = confine_blocking(&workspace, &staging, &path)
+                .map_err(|error| ToolOutput::failure(error.to_string()))?;
+            if !target.exists {
+                return Err(ToolOutput::failure(format!("file `{path}` does not exist")));
+            }
+            reject_folder_blocking(&target.path, &path)?;
+            read_excerpt(&target.path, start, limit, max_chars)
+                .map_err(|error| ToolOutput::failure(format!("could not read `{path}`: {error}")))
+        })
+        .await;
         let excerpt = match excerpt {
             Ok(Ok(excerpt)) => excerpt,
-            Ok(Err(error)) => return ToolOutput::failure(format!("could not read `{raw}`: {error}")),
+            Ok(Err(output)) => return output,
             Err(join_error) => return ToolOutput::failure(format!("could not read `{raw}`: {join_error}")),
         };
         excerpt.into_output(&raw, start, max_chars)
