@@ -17,7 +17,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use kesoku_bench::bench::{self, Row, Scale};
 use kesoku_bench::system::Backend;
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(name = "kesoku-bench", about = "Measure Kesoku: turn overhead, throughput, memory, start-up, history.")]
 struct Args {
     /// Also run the store measurements on PostgreSQL (each run in a schema of its own).
@@ -59,7 +59,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(&args)) {
+    // Measured work runs in a task of the runtime, as a chatbot adapter does in the service;
+    // `block_on`'s own future runs on this (main) thread, outside the runtime's workers, and
+    // every wake-up between it and a worker would cross threads.
+    let spawned = args.clone();
+    let outcome = runtime.block_on(async move {
+        match tokio::spawn(async move { run(&spawned).await }).await {
+            Ok(outcome) => outcome,
+            Err(join_error) => Err(anyhow::anyhow!("the benchmark task failed: {join_error}")),
+        }
+    });
+    match outcome {
         Ok(rows) => {
             print_table(&rows);
             if let Some(path) = &args.json {

@@ -27,6 +27,8 @@ pub struct ModelClock {
 struct ClockInner {
     nanos: AtomicU64,
     calls: AtomicU64,
+    /// Wall clock at the end of the latest call.
+    last_end: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 impl ModelClock {
@@ -40,7 +42,13 @@ impl ModelClock {
         self.inner.calls.load(Ordering::SeqCst)
     }
 
+    /// Wall clock at the end of the latest model call.
+    pub fn last_end(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        *self.inner.last_end.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn record(&self, elapsed: Duration) {
+        *self.inner.last_end.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(chrono::Utc::now());
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         self.inner.nanos.fetch_add(nanos, Ordering::SeqCst);
         self.inner.calls.fetch_add(1, Ordering::SeqCst);

@@ -194,17 +194,27 @@ pub struct Answered {
     pub status: Status,
     /// Final texts seen for this root (1 unless something was duplicated).
     pub answers: usize,
+    /// Wall-clock instants of the post and of the first final text heard, to split the latency
+    /// against the store's stamps.
+    pub posted_wall: chrono::DateTime<chrono::Utc>,
+    pub heard_wall: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 struct Waiting {
     posted_at: Instant,
-    answered_at: Option<Instant>,
+    posted_wall: chrono::DateTime<chrono::Utc>,
+    answered_at: Option<(Instant, chrono::DateTime<chrono::Utc>)>,
     answers: usize,
     done: oneshot::Sender<Answered>,
 }
 
 enum Command {
-    Watch { root: MessageId, posted_at: Instant, done: oneshot::Sender<Answered> },
+    Watch {
+        root: MessageId,
+        posted_at: Instant,
+        posted_wall: chrono::DateTime<chrono::Utc>,
+        done: oneshot::Sender<Answered>,
+    },
 }
 
 /// A chatbot-like client: posts user messages, hears every change of its chatbot's messages,
@@ -247,7 +257,8 @@ impl Client {
         let message = Message::user_text(&session.id, BENCH_CHATBOT, &session.channel_id, "Bench", content);
         let (done, receiver) = oneshot::channel();
         let posted_at = Instant::now();
-        let _ = self.commands.send(Command::Watch { root: message.id.clone(), posted_at, done });
+        let posted_wall = chrono::Utc::now();
+        let _ = self.commands.send(Command::Watch { root: message.id.clone(), posted_at, posted_wall, done });
         self.gateway.post(&message).await?;
         Ok(receiver)
     }
@@ -284,8 +295,8 @@ async fn listen_loop(
             biased;
             command = commands.recv() => {
                 match command {
-                    Some(Command::Watch { root, posted_at, done }) => {
-                        waiting.insert(root, Waiting { posted_at, answered_at: None, answers: 0, done });
+                    Some(Command::Watch { root, posted_at, posted_wall, done }) => {
+                        waiting.insert(root, Waiting { posted_at, posted_wall, answered_at: None, answers: 0, done });
                         continue;
                     }
                     None => return,
@@ -313,7 +324,7 @@ async fn listen_loop(
             && let Some(entry) = waiting.get_mut(parent)
         {
             entry.answers += 1;
-            entry.answered_at.get_or_insert_with(Instant::now);
+            entry.answered_at.get_or_insert_with(|| (Instant::now(), chrono::Utc::now()));
             let _ = deliver_tx.send(message.id.clone());
             continue;
         }
@@ -321,12 +332,14 @@ async fn listen_loop(
             && matches!(message.status, Status::Processed | Status::Error | Status::Interrupted)
             && let Some(entry) = waiting.remove(&message.id)
         {
-            let answered_at = entry.answered_at.unwrap_or_else(Instant::now);
+            let answered_at = entry.answered_at.map_or_else(Instant::now, |(at, _)| at);
             let _ = entry.done.send(Answered {
                 root: message.id.clone(),
                 latency: answered_at.saturating_duration_since(entry.posted_at),
                 status: message.status,
                 answers: entry.answers,
+                posted_wall: entry.posted_wall,
+                heard_wall: entry.answered_at.map(|(_, wall)| wall),
             });
         }
     }

@@ -89,7 +89,14 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
             end_to_end.push(answered.latency);
             model_time.push(model);
             overhead.push(answered.latency.saturating_sub(model));
-            measured_roots.push((session.id.clone(), answered.root.clone(), model, answered.latency));
+            measured_roots.push(Turn {
+                session: session.id.clone(),
+                root: answered.root.clone(),
+                model,
+                posted: answered.posted_wall,
+                heard: answered.heard_wall,
+                model_end: clock.last_end(),
+            });
         }
     }
     let requests = mock.requests();
@@ -112,14 +119,24 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
     })
 }
 
-/// The median time between the stamps a turn leaves: the user message written, its activation
-/// queued (intake), started (a worker took it), each later message of the
-/// turn written (tool call, tool result, final answer), minus model time where a model call
-/// sits between two stamps.
-async fn phases(
-    system: &System,
-    roots: &[(kesoku_core::SessionId, kesoku_core::MessageId, Duration, Duration)],
-) -> anyhow::Result<Vec<(&'static str, Duration)>> {
+/// One measured turn, for [`phases`].
+struct Turn {
+    session: kesoku_core::SessionId,
+    root: kesoku_core::MessageId,
+    /// Time inside the model during the turn.
+    model: Duration,
+    /// Wall clock: the client posted, the client heard the final text, the last model call ended.
+    posted: chrono::DateTime<chrono::Utc>,
+    heard: Option<chrono::DateTime<chrono::Utc>>,
+    model_end: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// The median time between the stamps a turn leaves: the client's post, the user message
+/// written, its activation queued (intake), started (a worker took it), each later message of
+/// the turn written (tool call, tool result, final answer), minus model time where a model call
+/// sits between two stamps, and the client hearing the final text. (Stamps are wall clock;
+/// a message's is taken when its write starts.)
+async fn phases(system: &System, turns: &[Turn]) -> anyhow::Result<Vec<(&'static str, Duration)>> {
     use kesoku_core::{MessageFilter, MessageType, Role};
     let store = &system.store.handle;
     let mut spans: Vec<(&'static str, Vec<Duration>)> = Vec::new();
@@ -132,8 +149,7 @@ async fn phases(
                 None => spans.push((name, vec![span])),
             }
         };
-    let mut rests = Vec::new();
-    for (session_id, root_id, model, latency) in roots {
+    for Turn { session: session_id, root: root_id, model, posted, heard, model_end } in turns {
         let messages = store.store.list_messages(&MessageFilter::session(session_id)).await?;
         let Some(root) = messages.iter().find(|m| &m.id == root_id) else { continue };
         let ledger = store
@@ -144,6 +160,7 @@ async fn phases(
             })
             .await?;
         let Some(entry) = ledger.iter().find(|e| e.message_id.as_ref() == Some(root_id)) else { continue };
+        add("post → written", Some(*posted), root.created_at);
         add("written → queued", root.created_at, Some(entry.enqueued_at));
         add("queued → started", Some(entry.enqueued_at), entry.started_at);
         // The turn's own messages in the order they were written (the claim keeps no stamp
@@ -166,16 +183,13 @@ async fn phases(
                 previous,
                 message.created_at.map(|at| at - chrono::Duration::from_std(model_part).unwrap_or_default()),
             );
+            if message.role == Role::Assistant && message.message_type == MessageType::Text {
+                add("(of which: model done → final answer written)", *model_end, message.created_at);
+            }
             previous = message.created_at;
         }
-        // What the stamps do not cover: the API call until the message is written, and the
-        // final answer's way from the store to the client.
-        // (Model time lies inside both the latency and the stamped span.)
-        if let (Some(first), Some(last)) = (root.created_at, previous) {
-            rests.push(latency.saturating_sub((last - first).to_std().unwrap_or_default()));
-        }
+        add("→ client heard the final text", previous, *heard);
     }
-    spans.push(("rest: post → written, answer → client", rests));
     Ok(spans
         .into_iter()
         .filter_map(|(name, samples)| Summary::of(&samples).map(|summary| (name, summary.p50)))
