@@ -38,7 +38,7 @@
 //! journal-mode change), and only an empty database or a Kesoku store is migrated.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, TryRecvError};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -149,7 +149,26 @@ struct WriterSlot {
 struct Writable {
     conn: Connection,
     /// Wakes the checkpoint thread after commits (dropped on close, which ends that thread).
-    checkpoints: Option<SyncSender<()>>,
+    checkpoints: Option<CheckpointWaker>,
+}
+
+/// The writer's side of the checkpoint thread: a commit wakes it only when no checkpoint is
+/// already due. A wake-up is a system call and, on an idle machine, a trip to another CPU; the
+/// commits of a turn all fall inside one checkpoint's delay, so they cost one wake-up, not one
+/// each (as they did when every commit sent on the channel: the thread, waiting out its delay,
+/// woke at each one to wait again).
+struct CheckpointWaker {
+    due: Arc<AtomicBool>,
+    wake: SyncSender<()>,
+}
+
+impl CheckpointWaker {
+    fn committed(&self) {
+        if !self.due.swap(true, Ordering::AcqRel) {
+            // Full means already woken.
+            let _ = self.wake.try_send(());
+        }
+    }
 }
 
 /// The read-only connections, one per reader thread, borrowed by callers when idle.
@@ -518,7 +537,7 @@ fn migrate_blocking(conn: &Connection, location: &str, now: DateTime<Utc>) -> St
 fn start_writer(
     conn: Connection,
     location: &Arc<str>,
-    checkpoints: Option<SyncSender<()>>,
+    checkpoints: Option<CheckpointWaker>,
 ) -> (Sender<Inbox<WriteJob>>, Arc<WriterSlot>) {
     let (sender, inbox) = std::sync::mpsc::channel();
     let slot = Arc::new(WriterSlot {
@@ -667,8 +686,7 @@ where
         }
     };
     if let Some(checkpoints) = &writable.checkpoints {
-        // Full means already woken.
-        let _ = checkpoints.try_send(());
+        checkpoints.committed();
     }
     Ok(result)
 }
@@ -723,12 +741,15 @@ fn reader_loop(slots: &ReaderSlots, index: usize, inbox: &Mutex<Receiver<Inbox<R
 /// [`CHECKPOINT_DELAY`] for more, then runs a passive checkpoint (which never blocks the writer
 /// or the readers) and, when that moved the whole log, starts the log over
 /// ([`start_log_over`]). It ends when the writer does. An idle store wakes nobody.
-fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (SyncSender<()>, Option<std::thread::JoinHandle<()>>) {
+fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (CheckpointWaker, Option<std::thread::JoinHandle<()>>) {
     let (wake, woken) = std::sync::mpsc::sync_channel::<()>(1);
+    let due = Arc::new(AtomicBool::new(false));
+    let waker = CheckpointWaker { due: Arc::clone(&due), wake };
     let name = format!("kesoku-sqlite-checkpoint {location}");
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         while woken.recv().is_ok() {
-            // Let writes gather, unless the writer ends first (then checkpoint and stop).
+            // Let writes gather (they do not wake this thread meanwhile), unless the writer
+            // ends first (then checkpoint and stop).
             let deadline = std::time::Instant::now() + CHECKPOINT_DELAY;
             let ended = loop {
                 match woken.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now())) {
@@ -737,6 +758,8 @@ fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (SyncSender<()>,
                     Err(RecvTimeoutError::Disconnected) => break true,
                 }
             };
+            // Commits from now on are not in this checkpoint for sure: they wake the next one.
+            due.store(false, Ordering::Release);
             let result: Result<(i64, i64, i64), _> =
                 conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)));
             match result {
@@ -750,11 +773,11 @@ fn start_checkpointer(conn: Connection, location: &Arc<str>) -> (SyncSender<()>,
         }
     });
     match spawned {
-        Ok(handle) => (wake, Some(handle)),
+        Ok(handle) => (waker, Some(handle)),
         Err(error) => {
             // The log then grows until the last connection closes (SQLite checkpoints it there).
             tracing::error!(%error, "cannot start the sqlite checkpoint thread");
-            (wake, None)
+            (waker, None)
         }
     }
 }
@@ -812,8 +835,7 @@ fn writer_loop(slot: &WriterSlot, inbox: &Receiver<Inbox<WriteJob>>) {
             if let Some(writable) = guard.as_ref() {
                 run_batch(&writable.conn, jobs);
                 if let Some(checkpoints) = &writable.checkpoints {
-                    // Full means already woken.
-                    let _ = checkpoints.try_send(());
+                    checkpoints.committed();
                 }
             }
             if closing.is_some() {
