@@ -333,10 +333,11 @@ impl Agent {
 
     /// Queue every message that waits for the agent, in the order they arrive.
     ///
-    /// The activation's ledger row is written while it is already queued: the turn that takes
-    /// it waits for that write only at its claim, alongside reading the message, so the write is
-    /// off the path to the model (one store round trip less per turn). Nothing is claimed, and
-    /// no start is recorded, before the row exists; a failed write leaves the message pending.
+    /// The activation's ledger row is written at once when the store can do it on this thread
+    /// (it is idle); when the write has to wait for the store, it goes on in the background
+    /// while the activation is already queued, and the turn that takes it waits for it only at
+    /// its claim, alongside reading the message. Nothing is claimed, and no start is recorded,
+    /// before the row exists; a failed write leaves the message pending.
     /// This relies on the worker being in this process (it finds the write in `recording`);
     /// a queue shared between processes must have the row written before the push.
     async fn intake(&self, shutdown: CancellationToken) {
@@ -355,7 +356,7 @@ impl Agent {
                     continue;
                 }
             };
-            let Some(activation) = self.record(&message) else { continue };
+            let Some(activation) = self.record(&message).await else { continue };
             let id = activation.id.clone();
             if let Err(error) = self.dispatch(&message, activation).await {
                 tracing::error!(%error, message_id = %message.id, "queueing a message failed; it stays pending");
@@ -365,9 +366,11 @@ impl Agent {
         }
     }
 
-    /// Intake's first half: the activation of `message`, its ledger row being written in the
-    /// background; `None` when the message is already queued.
-    fn record(&self, message: &Message) -> Option<Activation> {
+    /// Intake's first half: the activation of `message`, its ledger row written (or, if the
+    /// store is busy, being written in the background); `None` when the message is already
+    /// queued. (A background task costs a wake-up on another thread in the turn's path, more
+    /// than the write itself when the store takes it on this thread.)
+    async fn record(&self, message: &Message) -> Option<Activation> {
         if !lock(&self.inner.queued).insert(message.id.clone()) {
             return None;
         }
@@ -376,9 +379,18 @@ impl Agent {
         let ledger = Arc::clone(&self.inner.deps.ledger);
         let (written, recorded) = oneshot::channel();
         lock(&self.inner.recording).insert(activation.id.clone(), recorded);
-        tokio::spawn(async move {
-            let _ = written.send(ledger.record_enqueued(&entry).await.map_err(|error| error.to_string()));
-        });
+        let mut write =
+            Box::pin(async move { ledger.record_enqueued(&entry).await.map_err(|error| error.to_string()) });
+        match futures::poll!(&mut write) {
+            std::task::Poll::Ready(result) => {
+                let _ = written.send(result);
+            }
+            std::task::Poll::Pending => {
+                tokio::spawn(async move {
+                    let _ = written.send(write.await);
+                });
+            }
+        }
         Some(activation)
     }
 
