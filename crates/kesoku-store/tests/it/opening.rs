@@ -278,6 +278,41 @@ async fn the_log_is_checkpointed_in_the_background() {
     store.close().await;
 }
 
+/// A checkpoint is due once per round of writes, not once per store: writes made after a
+/// checkpoint are checkpointed by the next one (the thread is woken again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_after_a_checkpoint_are_checkpointed_by_the_next_one() {
+    use kesoku_store::Store;
+
+    let (_dir, path) = temp_sqlite_path();
+    let store = SqliteStore::open(&path).await.expect("create");
+    let size = || std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let mut grown_past = size();
+    for round in 0..3 {
+        let batch: Vec<_> = (0..100)
+            .map(|index| {
+                let mut message = prompt(&format!("msg_{round}_{index:03}"), "sess_rounds");
+                message.content = "z".repeat(2_000);
+                message
+            })
+            .collect();
+        store.insert_messages(&batch).await.expect("write about 50 pages");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while size() <= grown_past + 100 * 1_000 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "round {round}: the database file stayed at {} bytes (was {grown_past}): nothing was checkpointed",
+                size()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        grown_past = size();
+    }
+    let history = store.session_history(&SessionId::from("sess_rounds")).await.expect("history");
+    assert_eq!(history.len(), 300);
+    store.close().await;
+}
+
 /// After a quiet moment the background checkpoint has moved the whole log into the database
 /// file; starting the log over (which syncs its new header) is then done by the checkpoint
 /// thread, not by the next write: the write after the pause appends to a log already started
