@@ -9,7 +9,8 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{EDIT_FILE, confined, effective, reject_folder};
+use super::paths::ConfinedPath;
+use super::{EDIT_FILE, effective, on_blocking_thread};
 use crate::config::FilesConfig;
 use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec, parse_arguments};
 
@@ -73,75 +74,73 @@ impl Tool for EditFileTool {
         if old_text == new_text {
             return ToolOutput::failure("`old_text` and `new_text` are the same; the edit would change nothing");
         }
-        let target = match confined(ctx, &raw).await {
-            Ok(target) => target,
-            Err(output) => return output,
-        };
-        if !target.exists {
-            return ToolOutput::failure(format!("file `{raw}` does not exist; use write_file to create it"));
-        }
-        let text = match self.read_text(&target.path, &raw).await {
-            Ok(text) => text,
-            Err(output) => return output,
-        };
-
-        let matches = match_positions(&text, &old_text);
-        let line_of = |index: usize| text[..index].matches('\n').count() + 1;
-        match matches.as_slice() {
-            [] => {
-                let hint = if text.contains("\r\n") && !old_text.contains('\r') {
-                    " (the file has Windows line endings, `\\r\\n`)"
-                } else {
-                    ""
-                };
-                ToolOutput::failure(format!(
-                    "`old_text` does not occur in `{raw}`{hint}; read the file again and copy the text exactly, \
-                     whitespace and indentation included"
-                ))
-            }
-            [index] => {
-                let index = *index;
-                let edited = format!("{}{new_text}{}", &text[..index], &text[index + old_text.len()..]);
-                if let Err(error) = tokio::fs::write(&target.path, edited.as_bytes()).await {
-                    return ToolOutput::failure(format!("could not write `{raw}`: {error}"));
-                }
-                let message = format!("replaced the text at line {} of `{raw}`", line_of(index));
-                ToolOutput::success(message.clone()).with_summary(message)
-            }
-            several => {
-                let lines: Vec<String> =
-                    several.iter().take(LISTED_MATCHES).map(|index| line_of(*index).to_string()).collect();
-                let etc = if several.len() > LISTED_MATCHES { ", …" } else { "" };
-                ToolOutput::failure(format!(
-                    "`old_text` occurs {} times in `{raw}` (at lines {}{etc}); the file was not changed. Include \
-                     more of the surrounding text so that it matches exactly one place",
-                    several.len(),
-                    lines.join(", ")
-                ))
-            }
+        let max_file_bytes = self.config.max_file_bytes;
+        let done = on_blocking_thread(ctx, &raw, move |target, raw| {
+            let text = read_text(&target, raw, max_file_bytes)?;
+            edit_text(&target.path, raw, &text, &old_text, &new_text)
+        })
+        .await;
+        match done {
+            Ok(message) => ToolOutput::success(message.clone()).with_summary(message),
+            Err(output) => output,
         }
     }
 }
 
-impl EditFileTool {
-    async fn read_text(&self, path: &Path, raw: &str) -> Result<String, ToolOutput> {
-        reject_folder(path, raw).await?;
-        let size = tokio::fs::metadata(path)
-            .await
-            .map_err(|error| ToolOutput::failure(format!("could not open `{raw}`: {error}")))?
-            .len();
-        if size > self.config.max_file_bytes as u64 {
-            return Err(ToolOutput::failure(format!(
-                "`{raw}` is {size} bytes, more than the {} bytes edit_file handles (tools.files.max_file_bytes); \
-                 edit it with run_shell_command (e.g. `sed`)",
-                self.config.max_file_bytes
-            )));
+/// The file's text, if it is an existing text file small enough to edit.
+fn read_text(target: &ConfinedPath, raw: &str, max_file_bytes: usize) -> Result<String, ToolOutput> {
+    let Some(found) = target.found else {
+        return Err(ToolOutput::failure(format!("file `{raw}` does not exist; use write_file to create it")));
+    };
+    target.reject_folder(raw)?;
+    if found.len > max_file_bytes as u64 {
+        return Err(ToolOutput::failure(format!(
+            "`{raw}` is {} bytes, more than the {max_file_bytes} bytes edit_file handles (tools.files.max_file_bytes); \
+             edit it with run_shell_command (e.g. `sed`)",
+            found.len
+        )));
+    }
+    let bytes =
+        std::fs::read(&target.path).map_err(|error| ToolOutput::failure(format!("could not read `{raw}`: {error}")))?;
+    String::from_utf8(bytes)
+        .map_err(|_| ToolOutput::failure(format!("`{raw}` is not UTF-8 text; edit_file edits text files only")))
+}
+
+/// Replace the one occurrence of `old_text` and write the file; the message saying where, or why
+/// nothing was changed.
+fn edit_text(path: &Path, raw: &str, text: &str, old_text: &str, new_text: &str) -> Result<String, ToolOutput> {
+    let matches = match_positions(text, old_text);
+    let line_of = |index: usize| text[..index].matches('\n').count() + 1;
+    match matches.as_slice() {
+        [] => {
+            let hint = if text.contains("\r\n") && !old_text.contains('\r') {
+                " (the file has Windows line endings, `\\r\\n`)"
+            } else {
+                ""
+            };
+            Err(ToolOutput::failure(format!(
+                "`old_text` does not occur in `{raw}`{hint}; read the file again and copy the text exactly, \
+                 whitespace and indentation included"
+            )))
         }
-        let bytes = tokio::fs::read(path)
-            .await
-            .map_err(|error| ToolOutput::failure(format!("could not read `{raw}`: {error}")))?;
-        String::from_utf8(bytes)
-            .map_err(|_| ToolOutput::failure(format!("`{raw}` is not UTF-8 text; edit_file edits text files only")))
+        [index] => {
+            let index = *index;
+            let edited = format!("{}{new_text}{}", &text[..index], &text[index + old_text.len()..]);
+            std::fs::write(path, edited.as_bytes())
+                .map_err(|error| ToolOutput::failure(format!("could not write `{raw}`: {error}")))?;
+            Ok(format!("replaced the text at line {} of `{raw}`", line_of(index)))
+        }
+        several => {
+            let lines: Vec<String> =
+                several.iter().take(LISTED_MATCHES).map(|index| line_of(*index).to_string()).collect();
+            let etc = if several.len() > LISTED_MATCHES { ", …" } else { "" };
+            Err(ToolOutput::failure(format!(
+                "`old_text` occurs {} times in `{raw}` (at lines {}{etc}); the file was not changed. Include \
+                 more of the surrounding text so that it matches exactly one place",
+                several.len(),
+                lines.join(", ")
+            )))
+        }
     }
 }
 

@@ -10,12 +10,10 @@ mod paths;
 mod read;
 mod write;
 
-use std::path::Path;
-
 use crate::config::FilesConfig;
 use crate::tool::{ToolContext, ToolOutput};
 pub use edit::EditFileTool;
-use paths::{ConfinedPath, confine};
+use paths::{ConfinedPath, confine_blocking};
 pub use read::ReadFileTool;
 pub use write::WriteFileTool;
 
@@ -28,25 +26,36 @@ fn effective(config: &FilesConfig) -> FilesConfig {
     FilesConfig { max_read_chars: config.max_read_chars.max(1_000), max_file_bytes: config.max_file_bytes.max(1) }
 }
 
-async fn confined(ctx: &ToolContext, raw: &str) -> Result<ConfinedPath, ToolOutput> {
-    confine(ctx, raw).await.map_err(|error| ToolOutput::failure(error.to_string()))
+/// Run a file tool's filesystem work on a blocking thread: confine `raw`, then `work` with the
+/// confined path. One trip for the whole call, not one per system call (each trip wakes a
+/// thread and then the runtime again, which costs more than the calls themselves).
+async fn on_blocking_thread<T, F>(ctx: &ToolContext, raw: &str, work: F) -> Result<T, ToolOutput>
+where
+    T: Send + 'static,
+    F: FnOnce(ConfinedPath, &str) -> Result<T, ToolOutput> + Send + 'static,
+{
+    let (workspace, staging) = (ctx.workspace.clone(), ctx.staging_path());
+    let raw_owned = raw.to_owned();
+    let joined = tokio::task::spawn_blocking(move || {
+        let target = confine_blocking(&workspace, &staging, &raw_owned)
+            .map_err(|error| ToolOutput::failure(error.to_string()))?;
+        work(target, &raw_owned)
+    })
+    .await;
+    match joined {
+        Ok(result) => result,
+        Err(join_error) => Err(ToolOutput::failure(format!("could not reach `{raw}`: {join_error}"))),
+    }
 }
 
-async fn reject_folder(path: &Path, raw: &str) -> Result<(), ToolOutput> {
-    folder_verdict(tokio::fs::metadata(path).await, raw)
-}
-
-/// [`reject_folder`] for code already on a blocking thread.
-fn reject_folder_blocking(path: &Path, raw: &str) -> Result<(), ToolOutput> {
-    folder_verdict(std::fs::metadata(path), raw)
-}
-
-fn folder_verdict(metadata: std::io::Result<std::fs::Metadata>, raw: &str) -> Result<(), ToolOutput> {
-    match metadata {
-        Ok(metadata) if metadata.is_dir() => Err(ToolOutput::failure(format!(
-            "`{raw}` is a folder, not a file; list it with run_shell_command (`ls -la {raw}`)"
-        ))),
-        Ok(_) => Ok(()),
-        Err(error) => Err(ToolOutput::failure(format!("could not open `{raw}`: {error}"))),
+impl ConfinedPath {
+    /// Refuse a folder where a file is wanted, with the command that lists it.
+    fn reject_folder(&self, raw: &str) -> Result<(), ToolOutput> {
+        match self.found {
+            Some(found) if found.is_dir => Err(ToolOutput::failure(format!(
+                "`{raw}` is a folder, not a file; list it with run_shell_command (`ls -la {raw}`)"
+            ))),
+            _ => Ok(()),
+        }
     }
 }

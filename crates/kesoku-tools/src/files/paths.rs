@@ -13,8 +13,6 @@ use std::ffi::OsStr;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::tool::ToolContext;
-
 /// Longest path accepted (Linux's `PATH_MAX`); it also bounds the paths echoed in messages.
 const MAX_PATH_BYTES: usize = 4096;
 
@@ -23,8 +21,23 @@ const MAX_PATH_BYTES: usize = 4096;
 pub(crate) struct ConfinedPath {
     /// Absolute, with every existing component canonical.
     pub path: PathBuf,
-    /// Whether the file (or folder) itself exists.
-    pub exists: bool,
+    /// What the path names, if it exists (a link followed to its target), as seen by the check:
+    /// the tools need not look again.
+    pub found: Option<Found>,
+}
+
+/// What an existing confined path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Found {
+    pub is_dir: bool,
+    /// Size in bytes (of a file).
+    pub len: u64,
+}
+
+impl ConfinedPath {
+    pub fn exists(&self) -> bool {
+        self.found.is_some()
+    }
 }
 
 /// Why a path was refused.
@@ -55,19 +68,8 @@ pub(crate) enum PathError {
     Io { path: String, source: io::Error },
 }
 
-/// Check `raw` (the model's `path` argument) against the context's workspace and staging folder.
-pub(crate) async fn confine(ctx: &ToolContext, raw: &str) -> Result<ConfinedPath, PathError> {
-    let workspace = ctx.workspace.clone();
-    let staging = ctx.staging_path();
-    let raw_owned = raw.to_owned();
-    match tokio::task::spawn_blocking(move || confine_blocking(&workspace, &staging, &raw_owned)).await {
-        Ok(result) => result,
-        Err(join_error) => {
-            Err(PathError::Io { path: raw.to_owned(), source: io::Error::other(join_error.to_string()) })
-        }
-    }
-}
-
+/// Check `raw` (the model's `path` argument) against the workspace and staging folder. It makes
+/// system calls: call it on a blocking thread (see `files::on_blocking_thread`).
 pub(crate) fn confine_blocking(workspace: &Path, staging: &Path, raw: &str) -> Result<ConfinedPath, PathError> {
     if raw.trim().is_empty() {
         return Err(PathError::Empty);
@@ -92,9 +94,9 @@ pub(crate) fn confine_blocking(workspace: &Path, staging: &Path, raw: &str) -> R
     // Split the path into the longest prefix that exists and the names after it.
     let mut existing = joined.as_path();
     let mut missing: Vec<&OsStr> = Vec::new();
-    loop {
+    let existing_metadata = loop {
         match std::fs::symlink_metadata(existing) {
-            Ok(_) => break,
+            Ok(metadata) => break metadata,
             Err(error) if error.kind() == io::ErrorKind::NotFound => match (existing.parent(), existing.file_name()) {
                 (Some(parent), Some(name)) => {
                     missing.push(name);
@@ -105,7 +107,7 @@ pub(crate) fn confine_blocking(workspace: &Path, staging: &Path, raw: &str) -> R
             },
             Err(source) => return Err(PathError::Io { path: raw.to_owned(), source }),
         }
-    }
+    };
     let mut resolved = match std::fs::canonicalize(existing) {
         Ok(resolved) => resolved,
         // It exists (as a link) but cannot be resolved: a link to nowhere.
@@ -127,5 +129,14 @@ pub(crate) fn confine_blocking(workspace: &Path, staging: &Path, raw: &str) -> R
             workspace: workspace.display().to_string(),
         });
     }
-    Ok(ConfinedPath { path: resolved, exists: missing.is_empty() })
+    let found = if !missing.is_empty() {
+        None
+    } else if existing_metadata.file_type().is_symlink() {
+        // The path itself is a link (inside, as checked above): what it names is its target's.
+        let metadata = std::fs::metadata(&resolved).map_err(|source| PathError::Io { path: raw.to_owned(), source })?;
+        Some(Found { is_dir: metadata.is_dir(), len: metadata.len() })
+    } else {
+        Some(Found { is_dir: existing_metadata.is_dir(), len: existing_metadata.len() })
+    };
+    Ok(ConfinedPath { path: resolved, found })
 }

@@ -10,8 +10,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::paths::confine_blocking;
-use super::{READ_FILE, effective, reject_folder_blocking};
+use super::{READ_FILE, effective, on_blocking_thread};
 use crate::config::FilesConfig;
 use crate::output::first_chars;
 use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec, parse_arguments};
@@ -71,27 +70,19 @@ impl Tool for ReadFileTool {
         let start = params.offset.unwrap_or(1).max(1);
         let limit = params.limit.filter(|limit| *limit > 0);
         let max_chars = self.config.max_read_chars;
-        let (workspace, staging) = (ctx.workspace.clone(), ctx.staging_path());
         let raw = params.path;
-        let path = raw.clone();
-        // Confining the path, checking what it names and reading it are a few system calls
-        // each: one trip to a blocking thread for all of them (not one per step; every trip
-        // wakes a thread and then the runtime again).
-        let excerpt = tokio::task::spawn_blocking(move || -> Result<Excerpt, ToolOutput> {
-            let target = confine_blocking(&workspace, &staging, &path)
-                .map_err(|error| ToolOutput::failure(error.to_string()))?;
-            if !target.exists {
-                return Err(ToolOutput::failure(format!("file `{path}` does not exist")));
+        let excerpt = on_blocking_thread(ctx, &raw, move |target, raw| {
+            if !target.exists() {
+                return Err(ToolOutput::failure(format!("file `{raw}` does not exist")));
             }
-            reject_folder_blocking(&target.path, &path)?;
+            target.reject_folder(raw)?;
             read_excerpt(&target.path, start, limit, max_chars)
-                .map_err(|error| ToolOutput::failure(format!("could not read `{path}`: {error}")))
+                .map_err(|error| ToolOutput::failure(format!("could not read `{raw}`: {error}")))
         })
         .await;
         let excerpt = match excerpt {
-            Ok(Ok(excerpt)) => excerpt,
-            Ok(Err(output)) => return output,
-            Err(join_error) => return ToolOutput::failure(format!("could not read `{raw}`: {join_error}")),
+            Ok(excerpt) => excerpt,
+            Err(output) => return output,
         };
         excerpt.into_output(&raw, start, max_chars)
     }

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{WRITE_FILE, confined, effective, reject_folder};
+use super::{WRITE_FILE, effective, on_blocking_thread};
 use crate::config::FilesConfig;
 use crate::tool::{Tool, ToolContext, ToolOutput, ToolSpec, parse_arguments};
 
@@ -62,24 +62,26 @@ impl Tool for WriteFileTool {
                 self.config.max_file_bytes
             ));
         }
-        let target = match confined(ctx, &raw).await {
-            Ok(target) => target,
+        let content = params.content;
+        let created = on_blocking_thread(ctx, &raw, move |target, raw| {
+            target.reject_folder(raw)?;
+            if !target.exists()
+                && let Some(parent) = target.path.parent()
+            {
+                std::fs::create_dir_all(parent).map_err(|error| {
+                    ToolOutput::failure(format!("could not create the folders of `{raw}`: {error}"))
+                })?;
+            }
+            std::fs::write(&target.path, content.as_bytes())
+                .map_err(|error| ToolOutput::failure(format!("could not write `{raw}`: {error}")))?;
+            Ok(!target.exists())
+        })
+        .await;
+        let what = match created {
+            Ok(true) => "created",
+            Ok(false) => "replaced the content of",
             Err(output) => return output,
         };
-        if target.exists
-            && let Err(output) = reject_folder(&target.path, &raw).await
-        {
-            return output;
-        }
-        if let Some(parent) = target.path.parent()
-            && let Err(error) = tokio::fs::create_dir_all(parent).await
-        {
-            return ToolOutput::failure(format!("could not create the folders of `{raw}`: {error}"));
-        }
-        if let Err(error) = tokio::fs::write(&target.path, params.content.as_bytes()).await {
-            return ToolOutput::failure(format!("could not write `{raw}`: {error}"));
-        }
-        let what = if target.exists { "replaced the content of" } else { "created" };
         let message = format!("{what} `{raw}` ({size} bytes)");
         ToolOutput::success(message.clone()).with_summary(message)
     }

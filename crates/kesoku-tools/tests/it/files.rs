@@ -275,6 +275,34 @@ async fn paths_cannot_escape_through_symbolic_links() -> TestResult {
 }
 
 #[tokio::test]
+async fn links_inside_the_workspace_are_judged_by_what_they_name() -> TestResult {
+    let fixture = Fixture::new()?;
+    let registry = builtin_registry(&ToolsConfig::default());
+    fixture.write("docs/guide.md", "guide\n")?;
+    symlink(fixture.path("docs"), fixture.path("docs-link"))?;
+    symlink(fixture.path("docs/guide.md"), fixture.path("guide-link.md"))?;
+
+    // A link to a folder is a folder to every tool, and nothing is written through it.
+    for (tool, arguments) in attempts("docs-link") {
+        let output = registry.call(tool, &fixture.ctx, arguments).await;
+        assert!(error_of(&output).starts_with("`docs-link` is a folder, not a file"), "{tool}: {}", error_of(&output));
+    }
+    // A link to a file: read, edited and replaced through the link, which stays a link.
+    let output = registry.call(READ_FILE, &fixture.ctx, json!({ "path": "guide-link.md" })).await;
+    assert_eq!(output.content, "guide\n");
+    let output = registry
+        .call(EDIT_FILE, &fixture.ctx, json!({ "path": "guide-link.md", "old_text": "guide", "new_text": "manual" }))
+        .await;
+    assert_eq!(output.error, None, "{}", output.content);
+    assert_eq!(fixture.read("docs/guide.md")?, "manual\n");
+    let output = registry.call(WRITE_FILE, &fixture.ctx, json!({ "path": "guide-link.md", "content": "new\n" })).await;
+    assert_eq!(output.content, "replaced the content of `guide-link.md` (4 bytes)");
+    assert_eq!(fixture.read("docs/guide.md")?, "new\n");
+    assert!(std::fs::symlink_metadata(fixture.path("guide-link.md"))?.file_type().is_symlink());
+    Ok(())
+}
+
+#[tokio::test]
 async fn paths_inside_the_workspace_work_however_they_are_written() -> TestResult {
     let fixture = Fixture::new()?;
     let registry = builtin_registry(&ToolsConfig::default());
