@@ -11,7 +11,7 @@ mod memory;
 pub mod queue;
 
 use async_trait::async_trait;
-use kesoku_core::{Message, SessionId};
+use kesoku_core::{Message, MessageFilter, SessionId};
 use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryBroker;
@@ -78,13 +78,40 @@ pub enum BrokerError {
     Unavailable(String),
 }
 
-/// Publish/subscribe of [`BrokerEvent`]s to every subscriber.
+/// Which events a subscription is for. A broker delivers at least these (the in-process one
+/// exactly these, so that an event wakes only the tasks it concerns; a remote one may filter
+/// less finely): subscribers still check what they receive.
+#[derive(Debug, Clone, Default)]
+pub enum Interest {
+    /// Every event.
+    #[default]
+    Everything,
+    /// Messages that match the filter; no control signals.
+    Messages(MessageFilter),
+    /// Control signals only.
+    Controls,
+}
+
+impl Interest {
+    /// Whether `event` is one this subscription is for.
+    pub fn wants(&self, event: &BrokerEvent) -> bool {
+        match (self, event) {
+            (Interest::Everything, _) => true,
+            (Interest::Messages(filter), BrokerEvent::Message(notice)) => filter.matches(&notice.message),
+            (Interest::Controls, BrokerEvent::Control(_)) => true,
+            (Interest::Messages(_), BrokerEvent::Control(_)) | (Interest::Controls, BrokerEvent::Message(_)) => false,
+        }
+    }
+}
+
+/// Publish/subscribe of [`BrokerEvent`]s to the subscribers they concern.
 #[async_trait]
 pub trait Broker: Send + Sync + 'static {
-    /// Send to every current subscriber. Never blocks on slow subscribers.
+    /// Send to every current subscriber that wants the event. Never blocks on slow
+    /// subscribers.
     async fn publish(&self, event: BrokerEvent) -> Result<(), BrokerError>;
-    /// A new subscription receiving everything published from now on.
-    async fn subscribe(&self) -> Result<Box<dyn Subscription>, BrokerError>;
+    /// A new subscription receiving what `interest` covers, published from now on.
+    async fn subscribe(&self, interest: Interest) -> Result<Box<dyn Subscription>, BrokerError>;
 }
 
 /// One subscriber's view of the broadcast.

@@ -1,23 +1,46 @@
-//! The in-process broker: a tokio broadcast channel. A slow subscriber is told it lagged (and
+//! The in-process broker: one bounded channel per subscriber, filled by `publish` with the
+//! events that subscriber's [`Interest`] covers. A slow subscriber is told it lagged (and
 //! catches up from the store) instead of slowing the publisher or losing data silently.
+//!
+//! Why not a broadcast channel: it wakes every subscriber for every event. A message written
+//! by a turn then woke the intake, the stop-signal listener and each chatbot's listener, most
+//! of them only to drop it, and on a machine with two cores each extra task woken also woke
+//! the other runtime thread (a cross-CPU wake-up, the largest part of a turn's overhead on a
+//! virtual machine). Filtering at the publisher wakes only the tasks an event concerns.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use tokio::sync::broadcast;
+use tokio::sync::mpsc;
 
-use crate::{Broker, BrokerError, BrokerEvent, Received, Subscription};
+use crate::{Broker, BrokerError, BrokerEvent, Interest, Received, Subscription};
 
-/// Default ring size: events a subscriber may fall behind before it must re-read the store.
+/// Default buffer per subscriber: events it may fall behind before it must re-read the store.
 pub const DEFAULT_CAPACITY: usize = 8192;
 
 #[derive(Debug, Clone)]
 pub struct MemoryBroker {
-    sender: broadcast::Sender<BrokerEvent>,
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    capacity: usize,
+    subscribers: Mutex<Vec<Subscriber>>,
+}
+
+#[derive(Debug)]
+struct Subscriber {
+    interest: Interest,
+    sender: mpsc::Sender<BrokerEvent>,
+    /// Events dropped because the subscriber's buffer was full, not yet reported to it.
+    missed: Arc<AtomicU64>,
 }
 
 impl MemoryBroker {
     pub fn new(capacity: usize) -> Self {
-        let (sender, _) = broadcast::channel(capacity.max(1));
-        MemoryBroker { sender }
+        MemoryBroker { inner: Arc::new(Inner { capacity: capacity.max(1), subscribers: Mutex::default() }) }
     }
 }
 
@@ -30,27 +53,68 @@ impl Default for MemoryBroker {
 #[async_trait]
 impl Broker for MemoryBroker {
     async fn publish(&self, event: BrokerEvent) -> Result<(), BrokerError> {
-        // No subscriber is not an error: the store holds the data.
-        let _ = self.sender.send(event);
+        // No subscriber is not an error: the store holds the data. A subscriber whose receiver
+        // is gone is forgotten here.
+        let mut subscribers = self.inner.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
+        subscribers.retain(|subscriber| {
+            if !subscriber.interest.wants(&event) {
+                return !subscriber.sender.is_closed();
+            }
+            match subscriber.sender.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    subscriber.missed.fetch_add(1, Ordering::AcqRel);
+                    true
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
         Ok(())
     }
 
-    async fn subscribe(&self) -> Result<Box<dyn Subscription>, BrokerError> {
-        Ok(Box::new(MemorySubscription { receiver: self.sender.subscribe() }))
+    async fn subscribe(&self, interest: Interest) -> Result<Box<dyn Subscription>, BrokerError> {
+        let (sender, receiver) = mpsc::channel(self.inner.capacity);
+        let missed = Arc::new(AtomicU64::new(0));
+        let subscriber = Subscriber { interest, sender, missed: Arc::clone(&missed) };
+        self.inner.subscribers.lock().unwrap_or_else(PoisonError::into_inner).push(subscriber);
+        // The subscription holds the broker weakly: it ends (`Closed`) when the last broker
+        // handle is dropped, as the senders go with it.
+        Ok(Box::new(MemorySubscription { receiver, missed, broker: Arc::downgrade(&self.inner) }))
     }
 }
 
 struct MemorySubscription {
-    receiver: broadcast::Receiver<BrokerEvent>,
+    receiver: mpsc::Receiver<BrokerEvent>,
+    missed: Arc<AtomicU64>,
+    broker: std::sync::Weak<Inner>,
 }
 
 #[async_trait]
 impl Subscription for MemorySubscription {
     async fn recv(&mut self) -> Received {
+        // A lag is reported as soon as it happened: the subscriber catches up from the store
+        // (which holds the events dropped here), then goes on with what its buffer still holds.
+        let missed = self.missed.swap(0, Ordering::AcqRel);
+        if missed > 0 {
+            return Received::Lagged { missed };
+        }
         match self.receiver.recv().await {
-            Ok(event) => Received::Event(event),
-            Err(broadcast::error::RecvError::Lagged(missed)) => Received::Lagged { missed },
-            Err(broadcast::error::RecvError::Closed) => Received::Closed,
+            Some(event) => Received::Event(event),
+            None => Received::Closed,
+        }
+    }
+}
+
+impl Drop for MemorySubscription {
+    fn drop(&mut self) {
+        // Forget this subscriber now rather than at the next publish that concerns it.
+        self.receiver.close();
+        if let Some(inner) = self.broker.upgrade() {
+            inner
+                .subscribers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|subscriber| !subscriber.sender.is_closed());
         }
     }
 }

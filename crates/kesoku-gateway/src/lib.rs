@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::Stream;
-use kesoku_broker::{Broker, BrokerEvent, Control, MessageNotice, Received, StopReason};
+use kesoku_broker::{Broker, BrokerEvent, Control, Interest, MessageNotice, Received, StopReason};
 use kesoku_core::{Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
 use kesoku_store::{MessageEvent, Store, StoreError};
 
@@ -165,7 +165,7 @@ impl Gateway {
         let broker = Arc::clone(&self.broker);
         async_stream::stream! {
             // Subscribe before reading the store, so nothing written in between is missed.
-            let mut subscription = match broker.subscribe().await {
+            let mut subscription = match broker.subscribe(Interest::Messages(filter.clone())).await {
                 Ok(subscription) => subscription,
                 Err(error) => {
                     yield Err(GatewayError::Broker(error));
@@ -218,7 +218,7 @@ impl Gateway {
     pub fn controls(&self) -> impl Stream<Item = Control> + Send + 'static {
         let broker = Arc::clone(&self.broker);
         async_stream::stream! {
-            let Ok(mut subscription) = broker.subscribe().await else { return };
+            let Ok(mut subscription) = broker.subscribe(Interest::Controls).await else { return };
             loop {
                 match subscription.recv().await {
                     Received::Event(BrokerEvent::Control(control)) => yield control,
