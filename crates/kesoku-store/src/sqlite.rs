@@ -634,13 +634,15 @@ impl WriterSlot {
     fn contended(&self) {
         let now = self.now_micros().max(1);
         let millisecond = now / 1_000;
-        let previous = self.collisions.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |packed| {
+        // This collision added to `packed` (a count of an earlier millisecond starts over).
+        let counted = |packed: u64| {
             let count = if packed >> 16 == millisecond { (packed & 0xffff).saturating_add(1).min(0xffff) } else { 1 };
-            Some(millisecond << 16 | count)
-        });
-        let packed = previous.unwrap_or(0);
-        let count = if packed >> 16 == millisecond { (packed & 0xffff) + 1 } else { 1 };
-        if count >= COLLISIONS_TO_QUEUE {
+            millisecond << 16 | count
+        };
+        let previous = match self.collisions.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| Some(counted(p))) {
+            Ok(previous) | Err(previous) => previous,
+        };
+        if counted(previous) & 0xffff >= COLLISIONS_TO_QUEUE {
             self.contended_at.store(now, Ordering::Relaxed);
         }
     }

@@ -245,6 +245,16 @@ async fn schema_version_is_the_last_migration() {
     assert_eq!(place.raw_strings("PRAGMA journal_mode").await, ["wal"]);
 }
 
+/// Poll `done` (every 20 ms, up to 10 s) for what the background checkpoint thread does;
+/// `failure` says what stayed as it was.
+async fn wait_for(done: impl Fn() -> bool, failure: impl Fn() -> String) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < deadline, "{}", failure());
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// Checkpoints run beside the writer, not inside a commit: the log is copied back into the
 /// database file while the store stays open and idle, even for fewer pages than SQLite's
 /// automatic threshold (1,000), which the store turns off.
@@ -263,15 +273,11 @@ async fn the_log_is_checkpointed_in_the_background() {
         batch.push(message);
     }
     store.insert_messages(&batch).await.expect("write about 100 pages");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while size() <= before + 200 * 1_000 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the database file stayed at {} bytes (was {before}): nothing was checkpointed",
-            size()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_for(
+        || size() > before + 200 * 1_000,
+        || format!("the database file stayed at {} bytes (was {before}): nothing was checkpointed", size()),
+    )
+    .await;
     // Still open and usable; the history reads what was written.
     let history = store.session_history(&SessionId::from("sess_checkpoint")).await.expect("history");
     assert_eq!(history.len(), 200);
@@ -297,15 +303,16 @@ async fn writes_after_a_checkpoint_are_checkpointed_by_the_next_one() {
             })
             .collect();
         store.insert_messages(&batch).await.expect("write about 50 pages");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while size() <= grown_past + 100 * 1_000 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "round {round}: the database file stayed at {} bytes (was {grown_past}): nothing was checkpointed",
-                size()
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        wait_for(
+            || size() > grown_past + 100 * 1_000,
+            || {
+                format!(
+                    "round {round}: the database file stayed at {} bytes (was {grown_past}): nothing was checkpointed",
+                    size()
+                )
+            },
+        )
+        .await;
         grown_past = size();
     }
     let history = store.session_history(&SessionId::from("sess_rounds")).await.expect("history");
@@ -328,14 +335,11 @@ async fn the_log_is_started_over_by_the_checkpoint_thread_not_by_the_next_write(
     let header = || std::fs::read(&wal).ok().and_then(|bytes| bytes.get(12..24).map(<[u8]>::to_vec));
     store.insert_message(&prompt("msg_before_pause", "sess_restart")).await.expect("a first write");
     let written = header().expect("the write left a log with a header");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while header().as_ref() == Some(&written) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the log was not started over within 10 s of the write: its header is still {written:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for(
+        || header().as_ref() != Some(&written),
+        || format!("the log was not started over within 10 s of the write: its header is still {written:?}"),
+    )
+    .await;
     let restarted = header().expect("a log header after the restart");
     store.insert_message(&prompt("msg_after_pause", "sess_restart")).await.expect("the write after the pause");
     assert_eq!(header(), Some(restarted), "the write after the pause started the log over itself");
