@@ -691,7 +691,7 @@ where
     if conn.busy_timeout(Duration::ZERO).is_err() {
         return Err(work);
     }
-    let begun = conn.execute_batch("BEGIN IMMEDIATE");
+    let begun = control(conn, "BEGIN IMMEDIATE");
     if let Err(error) = conn.busy_timeout(BUSY_TIMEOUT) {
         tracing::warn!(%error, "could not restore the sqlite busy timeout");
     }
@@ -699,16 +699,16 @@ where
         return Err(work);
     }
     let result = match work(conn) {
-        Ok(value) => match conn.execute_batch("COMMIT") {
+        Ok(value) => match control(conn, "COMMIT") {
             Ok(()) => Ok(value),
             Err(error) => {
                 tracing::error!(%error, "a write could not be committed; it fails");
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = control(conn, "ROLLBACK");
                 Err(StoreError::Sqlite(error))
             }
         },
         Err(error) => {
-            let _ = conn.execute_batch("ROLLBACK");
+            let _ = control(conn, "ROLLBACK");
             Err(error)
         }
     };
@@ -880,7 +880,7 @@ fn writer_loop(slot: &WriterSlot, inbox: &Receiver<Inbox<WriteJob>>) {
 /// Run `jobs` in one transaction and answer them after its commit. If the transaction cannot
 /// be begun (another process holds the lock past the busy timeout), each job runs on its own.
 fn run_batch(conn: &Connection, jobs: Vec<WriteJob>) {
-    let in_transaction = match conn.execute_batch("BEGIN IMMEDIATE") {
+    let in_transaction = match control(conn, "BEGIN IMMEDIATE") {
         Ok(()) => true,
         Err(error) => {
             tracing::warn!(%error, "could not begin a batch transaction; running its writes one by one");
@@ -889,11 +889,11 @@ fn run_batch(conn: &Connection, jobs: Vec<WriteJob>) {
     };
     let completions: Vec<Completion> = jobs.into_iter().map(|job| job(conn)).collect();
     let commit_error = if in_transaction {
-        match conn.execute_batch("COMMIT") {
+        match control(conn, "COMMIT") {
             Ok(()) => None,
             Err(error) => {
                 tracing::error!(%error, "a batch of writes could not be committed; each of them fails");
-                let _ = conn.execute_batch("ROLLBACK");
+                let _ = control(conn, "ROLLBACK");
                 Some(error)
             }
         }
@@ -905,16 +905,19 @@ fn run_batch(conn: &Connection, jobs: Vec<WriteJob>) {
     }
 }
 
+/// Run a transaction control statement (`BEGIN IMMEDIATE`, `COMMIT`, a savepoint's) from the
+/// statement cache: every write runs a few of them, and parsing each anew showed in profiles.
+fn control(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(|_| ())
+}
+
 /// Run `work` inside a savepoint: kept when it succeeds, rolled back (alone) when it fails.
 fn in_savepoint<T>(conn: &Connection, work: impl FnOnce(&Connection) -> StoreResult<T>) -> StoreResult<T> {
-    conn.prepare_cached("SAVEPOINT kesoku_job")?.execute([])?;
+    control(conn, "SAVEPOINT kesoku_job")?;
     let result = work(conn);
     let closed = match &result {
-        Ok(_) => conn.prepare_cached("RELEASE kesoku_job").and_then(|mut s| s.execute([])),
-        Err(_) => conn
-            .prepare_cached("ROLLBACK TO kesoku_job")
-            .and_then(|mut s| s.execute([]))
-            .and_then(|_| conn.prepare_cached("RELEASE kesoku_job").and_then(|mut s| s.execute([]))),
+        Ok(_) => control(conn, "RELEASE kesoku_job"),
+        Err(_) => control(conn, "ROLLBACK TO kesoku_job").and_then(|()| control(conn, "RELEASE kesoku_job")),
     };
     match (result, closed) {
         (Ok(value), Ok(_)) => Ok(value),
