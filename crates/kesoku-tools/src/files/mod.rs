@@ -26,9 +26,12 @@ fn effective(config: &FilesConfig) -> FilesConfig {
     FilesConfig { max_read_chars: config.max_read_chars.max(1_000), max_file_bytes: config.max_file_bytes.max(1) }
 }
 
-/// Run a file tool's filesystem work on a blocking thread: confine `raw`, then `work` with the
-/// confined path. One trip for the whole call, not one per system call (each trip wakes a
-/// thread and then the runtime again, which costs more than the calls themselves).
+/// Run a file tool's filesystem work on a blocking thread: confine `raw`, refuse what is neither
+/// a regular file nor a folder (a FIFO's open would wait for the other end for good, a device
+/// has no end), then `work` with the confined path. One trip for the whole call, not one per
+/// system call (each trip wakes a thread and then the runtime again, which costs more than the
+/// calls themselves). Not on the runtime's thread: a slow or hung filesystem under the
+/// workspace (a network share) must stall only its tool call, never the service.
 async fn on_blocking_thread<T, F>(ctx: &ToolContext, raw: &str, work: F) -> Result<T, ToolOutput>
 where
     T: Send + 'static,
@@ -39,6 +42,7 @@ where
     let joined = tokio::task::spawn_blocking(move || {
         let target = confine_blocking(&workspace, &staging, &raw_owned)
             .map_err(|error| ToolOutput::failure(error.to_string()))?;
+        target.reject_special(&raw_owned)?;
         work(target, &raw_owned)
     })
     .await;
@@ -49,6 +53,17 @@ where
 }
 
 impl ConfinedPath {
+    /// Refuse what exists but is neither a regular file nor a folder.
+    fn reject_special(&self, raw: &str) -> Result<(), ToolOutput> {
+        match self.found {
+            Some(found) if !found.is_file && !found.is_dir => Err(ToolOutput::failure(format!(
+                "`{raw}` is not a regular file (it is a FIFO, a socket or a device); file tools read and write \
+                 regular files only: use run_shell_command for it"
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// Refuse a folder where a file is wanted, with the command that lists it.
     fn reject_folder(&self, raw: &str) -> Result<(), ToolOutput> {
         match self.found {

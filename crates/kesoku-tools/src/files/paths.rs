@@ -30,8 +30,16 @@ pub(crate) struct ConfinedPath {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Found {
     pub is_dir: bool,
+    /// A regular file (not a folder, a FIFO, a socket or a device).
+    pub is_file: bool,
     /// Size in bytes (of a file).
     pub len: u64,
+}
+
+impl Found {
+    fn of(metadata: &std::fs::Metadata) -> Self {
+        Found { is_dir: metadata.is_dir(), is_file: metadata.is_file(), len: metadata.len() }
+    }
 }
 
 impl ConfinedPath {
@@ -134,9 +142,9 @@ pub(crate) fn confine_blocking(workspace: &Path, staging: &Path, raw: &str) -> R
     } else if existing_metadata.file_type().is_symlink() {
         // The path itself is a link (inside, as checked above): what it names is its target's.
         let metadata = std::fs::metadata(&resolved).map_err(|source| PathError::Io { path: raw.to_owned(), source })?;
-        Some(Found { is_dir: metadata.is_dir(), len: metadata.len() })
+        Some(Found::of(&metadata))
     } else {
-        Some(Found { is_dir: existing_metadata.is_dir(), len: existing_metadata.len() })
+        Some(Found::of(&existing_metadata))
     };
     Ok(ConfinedPath { path: resolved, found })
 }

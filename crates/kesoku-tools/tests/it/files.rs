@@ -303,6 +303,27 @@ async fn links_inside_the_workspace_are_judged_by_what_they_name() -> TestResult
 }
 
 #[tokio::test]
+async fn file_tools_refuse_fifos_at_once() -> TestResult {
+    let fixture = Fixture::new()?;
+    let registry = builtin_registry(&ToolsConfig::default());
+    let made = std::process::Command::new("mkfifo").arg(fixture.path("pipe")).status()?;
+    assert!(made.success(), "mkfifo failed");
+    // Opening a FIFO waits for the other end: a tool that opened it would never return.
+    for (tool, arguments) in attempts("pipe") {
+        let output =
+            tokio::time::timeout(std::time::Duration::from_secs(30), registry.call(tool, &fixture.ctx, arguments))
+                .await
+                .map_err(|_| format!("{tool} hung on a FIFO"))?;
+        assert!(
+            error_of(&output).starts_with("`pipe` is not a regular file (it is a FIFO, a socket or a device)"),
+            "{tool}: {}",
+            error_of(&output)
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
 async fn paths_inside_the_workspace_work_however_they_are_written() -> TestResult {
     let fixture = Fixture::new()?;
     let registry = builtin_registry(&ToolsConfig::default());
