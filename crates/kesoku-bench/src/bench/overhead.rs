@@ -47,6 +47,8 @@ pub struct Measured {
     /// Where the time of a turn went, from the timestamps the store and the ledger recorded
     /// (medians over the measured turns; `None` where a turn lacked a stamp).
     pub phases: Vec<(&'static str, Duration)>,
+    /// The same for the turn with the largest overhead alone: where a p99 comes from.
+    pub slowest: Vec<(&'static str, Duration)>,
 }
 
 /// Run `iterations` turns of each kind (after a warm-up) for each model latency.
@@ -100,7 +102,11 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
         }
     }
     let requests = mock.requests();
-    let phases = phases(&system, &measured_roots).await?;
+    let medians = phases(&system, &measured_roots).await?;
+    let slowest = match overhead.iter().enumerate().max_by_key(|(_, overhead)| **overhead) {
+        Some((index, _)) => phases(&system, &measured_roots[index..=index]).await?,
+        None => Vec::new(),
+    };
     system.stop().await;
     let per_turn = if kind == TurnKind::Plain { 1 } else { 2 };
     anyhow::ensure!(
@@ -115,7 +121,8 @@ async fn measure(backend: &Backend, kind: TurnKind, latency: Duration, iteration
         overhead: summary(&overhead)?,
         end_to_end: summary(&end_to_end)?,
         model_time: summary(&model_time)?,
-        phases,
+        phases: medians,
+        slowest,
     })
 }
 
@@ -198,12 +205,17 @@ async fn phases(system: &System, turns: &[Turn]) -> anyhow::Result<Vec<(&'static
 
 /// The phase medians of a run, for the row's note.
 fn phase_note(measured: &Measured) -> String {
-    if measured.phases.is_empty() {
-        return String::new();
+    let list = |phases: &[(&str, Duration)]| {
+        phases.iter().map(|(name, span)| format!("{name} {}", crate::stats::ms(*span))).collect::<Vec<_>>().join(", ")
+    };
+    let mut note = String::new();
+    if !measured.phases.is_empty() {
+        note.push_str(&format!("; phase medians: {}", list(&measured.phases)));
     }
-    let parts: Vec<String> =
-        measured.phases.iter().map(|(name, p50)| format!("{name} {}", crate::stats::ms(*p50))).collect();
-    format!("; phase medians: {}", parts.join(", "))
+    if !measured.slowest.is_empty() {
+        note.push_str(&format!("; the slowest turn: {}", list(&measured.slowest)));
+    }
+    note
 }
 
 /// The report rows of these measurements.
