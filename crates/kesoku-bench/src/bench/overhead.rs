@@ -203,7 +203,7 @@ async fn phases(system: &System, turns: &[Turn]) -> anyhow::Result<Vec<(&'static
         .collect())
 }
 
-/// The phase medians of a run, for the row's note.
+/// The phase medians of a run and the phases of its slowest turn, for the row's note.
 fn phase_note(measured: &Measured) -> String {
     let list = |phases: &[(&str, Duration)]| {
         phases.iter().map(|(name, span)| format!("{name} {}", crate::stats::ms(*span))).collect::<Vec<_>>().join(", ")
