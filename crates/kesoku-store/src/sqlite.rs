@@ -650,13 +650,9 @@ impl WriterSlot {
     /// Whether writes queue for the thread: callers found the writer busy often lately.
     fn recently_contended(&self) -> bool {
         let at = self.contended_at.load(Ordering::Relaxed);
-        at != 0 && self.now_micros().saturating_sub(at) < contended_window()
+        let window = u64::try_from(CONTENDED_FOR.as_micros()).unwrap_or(u64::MAX);
+        at != 0 && self.now_micros().saturating_sub(at) < window
     }
-}
-
-/// [`CONTENDED_FOR`] in microseconds.
-fn contended_window() -> u64 {
-    u64::try_from(CONTENDED_FOR.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// Run `work` on the caller's thread if the writer is idle: no job queued, the connection
