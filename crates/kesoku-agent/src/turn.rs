@@ -1,19 +1,20 @@
 //! The turn loop: model call → thoughts and tool calls posted → tools run concurrently →
 //! results posted → next model call … → final text.
 //!
-//! Every step is a message written through the gateway before anything else happens (the one
-//! exception: a step's last tool result is written beside the next model call, see
-//! [`Turn::call_model`]), so a crash at any point leaves a history the next run can continue
-//! from. The loop owns no
-//! status of the root message: it returns how the turn ended and the runtime resolves it.
+//! Every step is a message written through the gateway before anything else happens, so a
+//! crash at any point leaves a history the next run can continue from. Two exceptions gain a
+//! store round trip each and lose nothing in a crash: a step's last tool result is written
+//! beside the next model call (see [`Turn::call_model`]), and read-only tools start while their
+//! calls are written (see [`Turn::post_step`]). The loop owns no status of the root message: it
+//! returns how the turn ended and the runtime resolves it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use kesoku_broker::StopReason;
 use kesoku_core::history::turn_root;
 use kesoku_core::{Message, MessageId, MessageType, Role, Status, TurnMetrics, TurnOrigin, Usage};
@@ -252,22 +253,36 @@ impl<'a> Turn<'a> {
             };
             let calls: Vec<kesoku_llm::ToolCall> = response.tool_calls().into_iter().cloned().collect();
             let text = response.text_content();
-            match self.post_step(&response, &calls, &text).await {
-                Ok(()) => {}
-                Err(error) => return store_failure(error),
+            let messages = self.step_messages(&response, &calls, &text);
+            // Read-only tools start while their calls are written (see `Tool::read_only`).
+            let mut early = self.starts_early(&messages).then(|| {
+                let calls: Vec<Message> =
+                    messages.iter().filter(|m| m.message_type == MessageType::ToolCall).cloned().collect();
+                self.start_tools(&calls)
+            });
+            if let Err(error) = self.post_step(messages, early.as_mut()).await {
+                return store_failure(error);
             }
             if !calls.is_empty() {
-                // A message that arrived while the model answered joins now: the calls it made
-                // before seeing it are skipped, and the model answers with it in view.
-                match self.absorb_steering().await {
-                    Ok(true) => match self.skip_open_calls().await {
-                        Ok(()) => continue,
-                        Err(error) => return store_failure(error),
-                    },
-                    Ok(false) => {}
-                    Err(error) => return store_failure(error),
-                }
-                match self.run_tools().await {
+                let running = match early {
+                    Some(running) => running,
+                    None => {
+                        // A message that arrived while the model answered joins now: the calls it
+                        // made before seeing it are skipped, and the model answers with it in view.
+                        match self.absorb_steering().await {
+                            Ok(true) => match self.skip_open_calls().await {
+                                Ok(()) => continue,
+                                Err(error) => return store_failure(error),
+                            },
+                            Ok(false) => {}
+                            Err(error) => return store_failure(error),
+                        }
+                        let calls: Vec<Message> =
+                            self.open_calls.iter().filter(|m| m.step == self.step).cloned().collect();
+                        self.start_tools(&calls)
+                    }
+                };
+                match self.run_tools(running).await {
                     Ok(()) => continue,
                     Err(StepError::Stopped) => return self.stopped().await,
                     Err(StepError::Limit(limit)) => return self.limit_reached(limit).await,
@@ -382,14 +397,8 @@ impl<'a> Turn<'a> {
         Ok(response)
     }
 
-    /// Post the thoughts, any interim text and every tool call of one response, in one write,
-    /// before any tool runs.
-    async fn post_step(
-        &mut self,
-        response: &Response,
-        calls: &[kesoku_llm::ToolCall],
-        text: &str,
-    ) -> Result<(), GatewayError> {
+    /// The thoughts, any interim text and every tool call of one response, to post in one write.
+    fn step_messages(&self, response: &Response, calls: &[kesoku_llm::ToolCall], text: &str) -> Vec<Message> {
         let mut messages = Vec::new();
         for (thought, signature) in response.thoughts() {
             if !thought.trim().is_empty() || signature.is_some() {
@@ -407,10 +416,47 @@ impl<'a> Turn<'a> {
             message.metadata.thought_signature = call.signature.clone();
             messages.push(message);
         }
+        messages
+    }
+
+    /// Whether this step's tools may start before their calls are written: every call is to a
+    /// read-only tool and all fit the turn's budget (no steering either, which may skip them).
+    /// A crash before the write lands then leaves nothing behind (see `Tool::read_only`).
+    fn starts_early(&self, messages: &[Message]) -> bool {
+        let budget = u64::from(self.context.limits.tool_calls).saturating_sub(self.usage.tool_calls);
+        let mut calls = messages.iter().filter(|m| m.message_type == MessageType::ToolCall).peekable();
+        let tools = self.deps.tools;
+        self.deps.steer_as.is_none()
+            && calls.peek().is_some()
+            && calls.clone().count() as u64 <= budget
+            && calls.all(|call| {
+                call.metadata.tool_name.as_deref().and_then(|name| tools.get(name)).is_some_and(|tool| tool.read_only())
+            })
+    }
+
+    /// Post the messages of one step (see [`Turn::step_messages`]) in one write. No tool runs
+    /// before that, except the `early` ones, which go on while the write does.
+    async fn post_step(&mut self, messages: Vec<Message>, early: Option<&mut Running<'a>>) -> Result<(), GatewayError> {
         if messages.is_empty() {
             return Ok(());
         }
-        let posted = self.post(messages).await?;
+        let posted = match early {
+            None => self.post(messages).await?,
+            Some(running) => {
+                let write = self.post(messages);
+                tokio::pin!(write);
+                loop {
+                    // The tools first: a write may finish within its first poll, on this thread.
+                    tokio::select! {
+                        biased;
+                        Some(done) = running.running.next(), if !running.running.is_empty() => {
+                            running.finished.push_back(done);
+                        }
+                        posted = &mut write => break posted?,
+                    }
+                }
+            }
+        };
         for message in posted {
             if message.message_type == MessageType::ToolCall {
                 self.open_calls.push(message);
@@ -437,21 +483,14 @@ impl<'a> Turn<'a> {
         }
     }
 
-    /// Run this step's open calls concurrently, posting each result as it arrives.
-    async fn run_tools(&mut self) -> Result<(), StepError> {
-        let calls: Vec<Message> = self.open_calls.iter().filter(|m| m.step == self.step).cloned().collect();
+    /// The tool futures of `calls` (this step's), those over the turn's budget set aside; a
+    /// future does nothing until polled.
+    fn start_tools(&mut self, calls: &[Message]) -> Running<'a> {
         let budget = u64::from(self.context.limits.tool_calls).saturating_sub(self.usage.tool_calls);
-        let over_limit = calls.len() as u64 > budget;
         let (allowed, refused) = calls.split_at((budget as usize).min(calls.len()));
-        for call in refused {
-            let limit = LimitKind::ToolCalls.describe(&self.context.limits);
-            let text = format!("Tool call not run: the turn reached its {limit}.");
-            self.post_result(call, ToolOutput::failure(text)).await?;
-        }
         self.usage.tool_calls += allowed.len() as u64;
-
         let cancel = CancellationToken::new();
-        let mut running = FuturesUnordered::new();
+        let running = FuturesUnordered::new();
         for call in allowed {
             let name = call.metadata.tool_name.clone().unwrap_or_default();
             let arguments = call.metadata.tool_arguments.clone().unwrap_or(serde_json::Value::Null);
@@ -465,11 +504,26 @@ impl<'a> Turn<'a> {
             .with_cancel(cancel.clone());
             let tools = self.deps.tools;
             let call = call.clone();
-            running.push(async move {
-                let output = tools.call(&name, &ctx, arguments).await;
-                (call, output)
-            });
+            running.push(
+                async move {
+                    let output = tools.call(&name, &ctx, arguments).await;
+                    (call, output)
+                }
+                .boxed(),
+            );
         }
+        Running { running, finished: VecDeque::new(), refused: refused.to_vec(), cancel }
+    }
+
+    /// Run this step's tools concurrently, posting each result as it arrives.
+    async fn run_tools(&mut self, mut tools: Running<'a>) -> Result<(), StepError> {
+        let over_limit = !tools.refused.is_empty();
+        for call in std::mem::take(&mut tools.refused) {
+            let limit = LimitKind::ToolCalls.describe(&self.context.limits);
+            let text = format!("Tool call not run: the turn reached its {limit}.");
+            self.post_result(&call, ToolOutput::failure(text)).await?;
+        }
+        let Running { mut running, mut finished, cancel, .. } = tools;
         let deadline = self.context.deadline();
         let stop = self.stop.clone();
         let mut ended: Option<StepError> = None;
@@ -478,9 +532,11 @@ impl<'a> Turn<'a> {
                 biased;
                 _ = stop.token().cancelled() => ended = Some(StepError::Stopped),
                 _ = tokio::time::sleep_until(deadline) => ended = Some(StepError::Limit(LimitKind::Runtime)),
-                next = running.next() => match next {
+                next = next_result(&mut finished, &mut running) => match next {
                     // The step's last result waits for the next model call (see `call_model`).
-                    Some((call, output)) if running.is_empty() && !over_limit => self.defer_result(&call, output),
+                    Some((call, output)) if finished.is_empty() && running.is_empty() && !over_limit => {
+                        self.defer_result(&call, output)
+                    }
                     Some((call, output)) => self.post_result(&call, output).await?,
                     None => break,
                 },
@@ -666,6 +722,30 @@ pub const STOPPED_BY_USER_RESULT: &str = "Tool call interrupted: the user stoppe
 pub const RESTARTED_RESULT: &str = "Tool call interrupted: the service restarted before it returned a result.";
 /// Synthetic result of a call left open when the turn failed.
 pub const INTERRUPTED_BY_ERROR_RESULT: &str = "Tool call interrupted: the turn failed before it finished.";
+
+/// One tool call's future: the call and the tool's output.
+type ToolRun<'a> = futures::future::BoxFuture<'a, (Message, ToolOutput)>;
+
+/// The tools of one step: running, finished (while their calls were written) and refused
+/// (over the turn's budget).
+struct Running<'a> {
+    running: FuturesUnordered<ToolRun<'a>>,
+    finished: VecDeque<(Message, ToolOutput)>,
+    refused: Vec<Message>,
+    /// Tells the running tools to stop.
+    cancel: CancellationToken,
+}
+
+/// The next tool output: one that finished already, else the next to finish. (Cancel-safe.)
+async fn next_result(
+    finished: &mut VecDeque<(Message, ToolOutput)>,
+    running: &mut FuturesUnordered<ToolRun<'_>>,
+) -> Option<(Message, ToolOutput)> {
+    match finished.pop_front() {
+        Some(done) => Some(done),
+        None => running.next().await,
+    }
+}
 
 /// Write a deferred tool result (if one waits) and then `messages`, in one transaction and in
 /// that order; returns the result as stored and `messages` as stored.

@@ -9,7 +9,7 @@ use kesoku_core::{LedgerEntry, Message, MessageId, MessageType, Role, Session, S
 use kesoku_gateway::Gateway;
 use kesoku_llm::{ScriptStep, ScriptedModel};
 use kesoku_store::{Ledger, LedgerFilter, StoreHandle};
-use kesoku_tools::ToolsConfig;
+use kesoku_tools::{Registry, ToolsConfig};
 use tempfile::TempDir;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -23,6 +23,8 @@ pub struct Options {
     pub grace: Duration,
     /// The ledger the agent writes to (default: the store's own).
     pub ledger: Option<Arc<dyn Ledger>>,
+    /// The agent's tools (default: the built-in ones).
+    pub tools: Option<Arc<Registry>>,
 }
 
 impl Default for Options {
@@ -32,6 +34,7 @@ impl Default for Options {
             limits: LaneLimits::default(),
             grace: Duration::from_secs(5),
             ledger: None,
+            tools: None,
         }
     }
 }
@@ -189,7 +192,7 @@ async fn boot_with(
         ledger: options.ledger.unwrap_or_else(|| Arc::clone(&handle.ledger)),
         queue: Arc::new(MemoryQueue::default()),
         models: ModelSet::single(model),
-        tools: Arc::new(kesoku_tools::builtin_registry(&ToolsConfig::default())),
+        tools: options.tools.unwrap_or_else(|| Arc::new(kesoku_tools::builtin_registry(&ToolsConfig::default()))),
         workspace,
         config: options.config,
         limits: options.limits,

@@ -119,6 +119,74 @@ async fn parallel_tool_calls_run_concurrently_and_stay_together() {
     assert_eq!(&order[1..3], &[MessageType::ToolCall, MessageType::ToolCall]);
 }
 
+/// A tool that answers with the time it started (µs since the epoch), declared read-only or not.
+struct Clock {
+    spec: kesoku_tools::ToolSpec,
+    read_only: bool,
+}
+
+impl Clock {
+    fn new(read_only: bool) -> Clock {
+        let spec = kesoku_tools::ToolSpec {
+            name: "clock".to_owned(),
+            description: "The time now.".to_owned(),
+            parameters: json!({"type": "object", "properties": {}}),
+        };
+        Clock { spec, read_only }
+    }
+}
+
+#[async_trait::async_trait]
+impl kesoku_tools::Tool for Clock {
+    fn spec(&self) -> &kesoku_tools::ToolSpec {
+        &self.spec
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    async fn call(&self, _ctx: &kesoku_tools::ToolContext, _arguments: serde_json::Value) -> kesoku_tools::ToolOutput {
+        kesoku_tools::ToolOutput::success(chrono::Utc::now().timestamp_micros().to_string())
+    }
+}
+
+/// When the `clock` tool started, relative to its call's write (the call's stamp is taken as
+/// its write begins): µs from the stamp to the tool's start.
+async fn clock_start_after_its_call(read_only: bool) -> i64 {
+    let mut registry = kesoku_tools::Registry::new();
+    registry.register(Clock::new(read_only)).expect("register");
+    let options = Options { tools: Some(std::sync::Arc::new(registry)), ..Options::default() };
+    let steps = vec![
+        ScriptStep::parts(vec![Part::ToolCall(ToolCall {
+            id: "c1".to_owned(),
+            name: "clock".to_owned(),
+            arguments: json!({}),
+            signature: None,
+        })]),
+        ScriptStep::text("done"),
+    ];
+    let h = Harness::start_with(steps, options).await;
+    let user = h.post_user("what time is it?").await;
+    assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
+    let messages = h.history().await;
+    let types: Vec<MessageType> = messages.iter().map(|m| m.message_type).collect();
+    assert_eq!(types, [MessageType::Text, MessageType::ToolCall, MessageType::ToolResult, MessageType::Text]);
+    let written = messages[1].created_at.expect("the call's stamp").timestamp_micros();
+    let started: i64 = messages[2].content.parse().expect("the tool's answer");
+    started - written
+}
+
+#[tokio::test]
+async fn a_read_only_tool_starts_while_its_call_is_written_and_others_wait_for_the_write() {
+    // A read-only tool starts before its call's write begins (it runs beside the write)...
+    let early = clock_start_after_its_call(true).await;
+    assert!(early <= 0, "the read-only tool started {early} µs after its call's write began");
+    // ...any other tool only once its call is stored: a crash cannot leave its effect unrecorded.
+    let late = clock_start_after_its_call(false).await;
+    assert!(late > 0, "the tool started {} µs before its call's write began", -late);
+}
+
 #[tokio::test]
 async fn an_empty_answer_gets_one_nudge_then_the_answer() {
     let h = Harness::start(vec![ScriptStep::parts(vec![]), ScriptStep::text("Here is the summary.")]).await;
