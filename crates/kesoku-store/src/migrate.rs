@@ -39,6 +39,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         description: "phased order index",
         sql: include_str!("../migrations/sqlite/0003_phased_order.sql"),
     },
+    Migration {
+        version: 4,
+        description: "open work index",
+        sql: include_str!("../migrations/sqlite/0004_open_work_index.sql"),
+    },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -57,10 +62,15 @@ pub(crate) const POSTGRES: &[Migration] = &[
         description: "phased order index",
         sql: include_str!("../migrations/postgres/0003_phased_order.sql"),
     },
+    Migration {
+        version: 4,
+        description: "open work index",
+        sql: include_str!("../migrations/postgres/0004_open_work_index.sql"),
+    },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 3;
+pub const SCHEMA_VERSION: i64 = 4;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -40,7 +40,9 @@ use crate::common::{
 use crate::decode::{self, BackendRow, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
-use crate::sql::{Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, Query, SESSION_COLUMNS, SESSION_COLUMNS_S};
+use crate::sql::{
+    Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S,
+};
 use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
 
 /// Connections per store.
@@ -317,7 +319,7 @@ impl PgStore {
                 "{GATE} UPDATE messages SET status = 'pending_agent', updated_at = $4, \
                  rev = nextval('kesoku_message_rev'), claimed_by = NULL, claimed_at = NULL FROM gate \
                  WHERE messages.id IN (SELECT o.id FROM messages o WHERE o.status = 'processing' \
-                 AND COALESCE(o.claimed_at, o.updated_at) < $3 FOR UPDATE SKIP LOCKED) \
+                 AND o.status IN {OPEN_STATUSES} AND COALESCE(o.claimed_at, o.updated_at) < $3 FOR UPDATE SKIP LOCKED) \
                  AND messages.status = 'processing' RETURNING messages.id, messages.seq"
             )),
             gate_args(self.schema_key)?,

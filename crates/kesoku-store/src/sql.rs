@@ -6,7 +6,7 @@
 //! ever spliced into SQL text. Backend-specific statements live with their backend.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::MessageFilter;
+use kesoku_core::{MessageFilter, Status};
 
 /// Message columns read back by every message query (unqualified).
 pub(crate) const MESSAGE_COLUMNS: &str = "id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, \
@@ -23,6 +23,11 @@ pub(crate) const SESSION_COLUMNS_S: &str = "s.id, s.chatbot_id, s.channel_id, s.
 pub(crate) const LEDGER_COLUMNS: &str = "id, kind, lane, session_id, message_id, triggered_by, delegation_user, \
      depth, enqueued_at, started_at, finished_at, outcome, error, model_calls, tool_calls, input_tokens, \
      output_tokens";
+
+/// The statuses of waiting and running work, word for word the condition of the partial index
+/// `messages_open` (migration 4: `WHERE status IN` this). A query that also names it literally
+/// lets the planner use that index although its own statuses are bound parameters.
+pub(crate) const OPEN_STATUSES: &str = "('pending_agent', 'processing')";
 
 /// A value bound to a placeholder.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,6 +103,12 @@ impl Query {
             self.and_eq(&column("channel_id"), Arg::Text(channel_id.clone()));
         }
         self.and_in(&column("status"), filter.statuses.iter().map(|s| s.as_str()));
+        if !filter.statuses.is_empty()
+            && filter.statuses.iter().all(|s| matches!(s, Status::PendingAgent | Status::Processing))
+        {
+            // Lets the planner use the partial index `messages_open` (see OPEN_STATUSES).
+            self.push(" AND ").push(&column("status")).push(" IN ").push(OPEN_STATUSES);
+        }
         self.and_in(&column("role"), filter.roles.iter().map(|r| r.as_str()));
         self.and_in(&column("type"), filter.types.iter().map(|t| t.as_str()));
         self
@@ -135,5 +146,29 @@ mod tests {
         assert_eq!(query.args.len(), 5);
         assert_eq!(query.args[0], Arg::Text("s'; DROP TABLE messages; --".to_owned()));
         assert_eq!(query.args[4], Arg::Int(5));
+    }
+
+    #[test]
+    fn filters_on_open_work_name_the_open_work_index_condition() {
+        let open = MessageFilter::default().with_statuses(&[Status::PendingAgent]);
+        let mut query = Query::new("SELECT 1 FROM messages WHERE 1 = 1");
+        query.message_filter(&open, "");
+        assert_eq!(
+            query.text,
+            "SELECT 1 FROM messages WHERE 1 = 1 AND status IN ($1) AND status IN ('pending_agent', 'processing')"
+        );
+        // Any other status may be outside the index: no condition added.
+        let mixed = MessageFilter::default().with_statuses(&[Status::Processing, Status::Processed]);
+        let mut query = Query::new("SELECT 1 FROM messages WHERE 1 = 1");
+        query.message_filter(&mixed, "");
+        assert!(!query.text.contains(OPEN_STATUSES), "{}", query.text);
+        // The condition is the index's, word for word, and names the statuses' stored names.
+        for migration in [
+            include_str!("../migrations/sqlite/0004_open_work_index.sql"),
+            include_str!("../migrations/postgres/0004_open_work_index.sql"),
+        ] {
+            assert!(migration.contains(&format!("WHERE status IN {OPEN_STATUSES};")), "{migration}");
+        }
+        assert_eq!(OPEN_STATUSES, format!("('{}', '{}')", Status::PendingAgent.as_str(), Status::Processing.as_str()));
     }
 }

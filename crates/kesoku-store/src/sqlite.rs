@@ -58,7 +58,9 @@ use crate::decode::{self, BackendRow, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::history_cache::{HistoryCache, PhasedKey, RowReader};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
-use crate::sql::{Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, Query, SESSION_COLUMNS, SESSION_COLUMNS_S};
+use crate::sql::{
+    Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S,
+};
 use crate::{Claim, Footprint, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
 
 /// The revision of a change made by one statement (which holds the write lock while reading it).
@@ -401,10 +403,7 @@ impl SqliteStore {
     ) -> StoreResult<Vec<MessageId>> {
         self.write(move |conn| {
             let ids: Vec<String> = {
-                let mut statement = conn.prepare_cached(
-                    "SELECT id FROM messages WHERE status = 'processing' AND COALESCE(claimed_at, updated_at) < ?1 \
-                     ORDER BY seq",
-                )?;
+                let mut statement = conn.prepare_cached(&orphans_sql())?;
                 let rows = statement.query_map(params![time_text(threshold)], |row| row.get(0))?;
                 rows.collect::<Result<_, _>>()?
             };
@@ -1051,6 +1050,21 @@ fn time_text(at: DateTime<Utc>) -> String {
     truncate(at).format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
+/// The query of `list_messages`.
+fn list_query(filter: &MessageFilter) -> Query {
+    let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
+    query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
+    query
+}
+
+/// Running messages whose claim was last renewed before `?1`.
+fn orphans_sql() -> String {
+    format!(
+        "SELECT id FROM messages WHERE status = 'processing' AND status IN {OPEN_STATUSES} \
+         AND COALESCE(claimed_at, updated_at) < ?1 ORDER BY seq"
+    )
+}
+
 /// A shared query's text for SQLite (`$n` → `?n`, explicit positions) and its values.
 fn sqlite_query(query: &Query) -> (String, Vec<SqlValue>) {
     let text = query.text.replace('$', "?");
@@ -1291,9 +1305,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>> {
-        let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
-        query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
-        Ok(self.read_messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        Ok(self.read_messages(list_query(filter)).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn update_status(&self, id: &MessageId, to: Status) -> StoreResult<MessageEvent> {
@@ -1750,6 +1762,47 @@ mod tests {
 
         std::thread::sleep(CONTENDED_FOR + Duration::from_millis(1));
         assert!(!slot.recently_contended(), "writes must go back inline once the collisions stop");
+    }
+
+    /// The lookups of waiting and running work (intake, recovery, the interrupt and steer
+    /// checks of every turn) read the small partial index `messages_open`, and a session's
+    /// messages come from `messages_phased`: no query scans the table for them.
+    #[tokio::test]
+    async fn open_work_and_sessions_are_read_through_indexes() {
+        use kesoku_core::{Role, SessionId};
+
+        let store = SqliteStore::open_in_memory().await.expect("open");
+        let plan = |sql: &str, values: Vec<SqlValue>| -> String {
+            let guard = lock_writable(&store.engine.writer);
+            let conn = &guard.as_ref().expect("open").conn;
+            let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("explain");
+            let rows = statement
+                .query_map(params_from_iter(values), |row| row.get::<_, String>(3))
+                .expect("plan")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("plan rows");
+            rows.join("; ")
+        };
+        let listed = |filter: &MessageFilter| {
+            let (sql, values) = sqlite_query(&list_query(filter));
+            plan(&sql, values)
+        };
+        let session = SessionId::from("sess_plan");
+        let newer = MessageFilter::session(&session)
+            .with_channel("c")
+            .with_statuses(&[Status::PendingAgent])
+            .with_roles(&[Role::User]);
+        let open = listed(&newer);
+        assert!(open.contains("USING INDEX messages_open (status=? AND session_id=?)"), "{open}");
+        let running = listed(&MessageFilter::status(Status::Processing));
+        assert!(running.contains("USING INDEX messages_open (status=?)"), "{running}");
+        let orphans = plan(&orphans_sql(), vec![SqlValue::Text(time_text(Utc::now()))]);
+        assert!(orphans.contains("USING INDEX messages_open (status=?)"), "{orphans}");
+        let whole = listed(&MessageFilter::session(&session));
+        assert!(whole.contains("USING INDEX messages_phased (session_id=?)"), "{whole}");
+        for shown in [open, running, orphans, whole] {
+            assert!(!shown.contains("SCAN messages"), "{shown}");
+        }
     }
 
     /// The checkpoint thread starts the log over through the writer's own connection: a write
