@@ -1057,6 +1057,19 @@ fn list_query(filter: &MessageFilter) -> Query {
     query
 }
 
+/// Tool calls without a result (of one session, or all).
+fn orphaned_calls_query(session_id: Option<&SessionId>) -> Query {
+    let mut query = Query::new(&format!(
+        "SELECT {MESSAGE_COLUMNS_M} FROM messages m WHERE m.type = 'tool_call' \
+         AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = m.id AND r.type = 'tool_result')"
+    ));
+    if let Some(session_id) = session_id {
+        query.and_eq("m.session_id", Arg::Text(session_id.as_str().to_owned()));
+    }
+    query.push(" ORDER BY m.seq");
+    query
+}
+
 /// Running messages whose claim was last renewed before `?1`.
 fn orphans_sql() -> String {
     format!(
@@ -1437,15 +1450,12 @@ impl Store for SqliteStore {
     }
 
     async fn orphaned_tool_calls(&self, session_id: Option<&SessionId>) -> StoreResult<Vec<Message>> {
-        let mut query = Query::new(&format!(
-            "SELECT {MESSAGE_COLUMNS_M} FROM messages m WHERE m.type = 'tool_call' \
-             AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = m.id AND r.type = 'tool_result')"
-        ));
-        if let Some(session_id) = session_id {
-            query.and_eq("m.session_id", Arg::Text(session_id.as_str().to_owned()));
-        }
-        query.push(" ORDER BY m.seq");
-        Ok(self.read_messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        Ok(self
+            .read_messages(orphaned_calls_query(session_id))
+            .await?
+            .into_iter()
+            .map(|stored| stored.message)
+            .collect())
     }
 
     async fn changes_since(&self, after: i64, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<MessageEvent>> {
@@ -1765,8 +1775,8 @@ mod tests {
     }
 
     /// The lookups of waiting and running work (intake, recovery, the interrupt and steer
-    /// checks of every turn) read the small partial index `messages_open`, and a session's
-    /// messages come from `messages_phased`: no query scans the table for them.
+    /// checks of every turn) read the small partial index `messages_open`, a session's
+    /// messages come from `messages_phased`, and a call's result from `messages_result_of`.
     #[tokio::test]
     async fn open_work_and_sessions_are_read_through_indexes() {
         use kesoku_core::{Role, SessionId};
@@ -1800,6 +1810,10 @@ mod tests {
         assert!(orphans.contains("USING INDEX messages_open (status=?)"), "{orphans}");
         let whole = listed(&MessageFilter::session(&session));
         assert!(whole.contains("USING INDEX messages_phased (session_id=?)"), "{whole}");
+        // A call's result is found through the partial index of tool results.
+        let (sql, values) = sqlite_query(&orphaned_calls_query(Some(&session)));
+        let unanswered = plan(&sql, values);
+        assert!(unanswered.contains("INDEX messages_result_of (parent_id=?)"), "{unanswered}");
         for shown in [open, running, orphans, whole] {
             assert!(!shown.contains("SCAN messages"), "{shown}");
         }
