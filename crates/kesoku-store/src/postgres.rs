@@ -42,6 +42,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
 use crate::sql::{
     Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S,
+    list_query, orphaned_calls_query,
 };
 use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
 
@@ -455,9 +456,7 @@ impl Store for PgStore {
     }
 
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>> {
-        let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
-        query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
-        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        Ok(self.messages(list_query(filter)).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn update_status(&self, id: &MessageId, to: Status) -> StoreResult<MessageEvent> {
@@ -586,15 +585,7 @@ impl Store for PgStore {
     }
 
     async fn orphaned_tool_calls(&self, session_id: Option<&SessionId>) -> StoreResult<Vec<Message>> {
-        let mut query = Query::new(&format!(
-            "SELECT {MESSAGE_COLUMNS_M} FROM messages m WHERE m.type = 'tool_call' \
-             AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = m.id AND r.type = 'tool_result')"
-        ));
-        if let Some(session_id) = session_id {
-            query.and_eq("m.session_id", Arg::Text(session_id.as_str().to_owned()));
-        }
-        query.push(" ORDER BY m.seq");
-        Ok(self.messages(query).await?.into_iter().map(|stored| stored.message).collect())
+        Ok(self.messages(orphaned_calls_query(session_id)).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn changes_since(&self, after: i64, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<MessageEvent>> {

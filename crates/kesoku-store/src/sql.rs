@@ -6,7 +6,7 @@
 //! ever spliced into SQL text. Backend-specific statements live with their backend.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{MessageFilter, Status};
+use kesoku_core::{MessageFilter, SessionId, Status};
 
 /// Message columns read back by every message query (unqualified).
 pub(crate) const MESSAGE_COLUMNS: &str = "id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, \
@@ -121,6 +121,28 @@ impl Query {
             None => self,
         }
     }
+}
+
+/// The query of `Store::list_messages`.
+pub(crate) fn list_query(filter: &MessageFilter) -> Query {
+    let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
+    query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
+    query
+}
+
+/// The query of `Store::orphaned_tool_calls`: tool calls without a result (of one session, or
+/// all). It names `r.type = 'tool_result'`, the condition of the partial index
+/// `messages_result_of`.
+pub(crate) fn orphaned_calls_query(session_id: Option<&SessionId>) -> Query {
+    let mut query = Query::new(&format!(
+        "SELECT {MESSAGE_COLUMNS_M} FROM messages m WHERE m.type = 'tool_call' \
+         AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = m.id AND r.type = 'tool_result')"
+    ));
+    if let Some(session_id) = session_id {
+        query.and_eq("m.session_id", Arg::Text(session_id.as_str().to_owned()));
+    }
+    query.push(" ORDER BY m.seq");
+    query
 }
 
 #[cfg(test)]

@@ -59,7 +59,8 @@ use crate::error::{StoreError, StoreResult};
 use crate::history_cache::{HistoryCache, PhasedKey, RowReader};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
 use crate::sql::{
-    Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S,
+    Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
+    orphaned_calls_query,
 };
 use crate::{Claim, Footprint, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
 
@@ -1048,26 +1049,6 @@ fn describe(location: &str) -> String {
 /// How times are stored: fixed-width UTC text to the microsecond, so text order is time order.
 fn time_text(at: DateTime<Utc>) -> String {
     truncate(at).format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
-}
-
-/// The query of `list_messages`.
-fn list_query(filter: &MessageFilter) -> Query {
-    let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
-    query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
-    query
-}
-
-/// Tool calls without a result (of one session, or all).
-fn orphaned_calls_query(session_id: Option<&SessionId>) -> Query {
-    let mut query = Query::new(&format!(
-        "SELECT {MESSAGE_COLUMNS_M} FROM messages m WHERE m.type = 'tool_call' \
-         AND NOT EXISTS (SELECT 1 FROM messages r WHERE r.parent_id = m.id AND r.type = 'tool_result')"
-    ));
-    if let Some(session_id) = session_id {
-        query.and_eq("m.session_id", Arg::Text(session_id.as_str().to_owned()));
-    }
-    query.push(" ORDER BY m.seq");
-    query
 }
 
 /// Running messages whose claim was last renewed before `?1`.
