@@ -424,12 +424,12 @@ impl<'a> Turn<'a> {
     /// A crash before the write lands then leaves nothing behind (see `Tool::read_only`).
     fn starts_early(&self, messages: &[Message]) -> bool {
         let budget = u64::from(self.context.limits.tool_calls).saturating_sub(self.usage.tool_calls);
-        let mut calls = messages.iter().filter(|m| m.message_type == MessageType::ToolCall).peekable();
+        let calls: Vec<&Message> = messages.iter().filter(|m| m.message_type == MessageType::ToolCall).collect();
         let tools = self.deps.tools;
         self.deps.steer_as.is_none()
-            && calls.peek().is_some()
-            && calls.clone().count() as u64 <= budget
-            && calls.all(|call| {
+            && !calls.is_empty()
+            && calls.len() as u64 <= budget
+            && calls.iter().all(|call| {
                 call.metadata.tool_name.as_deref().and_then(|name| tools.get(name)).is_some_and(|tool| tool.read_only())
             })
     }
