@@ -2,10 +2,11 @@
 //! results posted → next model call … → final text.
 //!
 //! Every step is a message written through the gateway before anything else happens, so a
-//! crash at any point leaves a history the next run can continue from. Two exceptions gain a
+//! crash at any point leaves a history the next run can continue from. Three exceptions gain a
 //! store round trip each and lose nothing in a crash: a step's last tool result is written
-//! beside the next model call (see [`Turn::call_model`]), and read-only tools start while their
-//! calls are written (see [`Turn::post_step`]). The loop owns no status of the root message: it
+//! beside the next model call (see [`Turn::call_model`]), read-only tools start while their
+//! calls are written (see [`Turn::post_step`]), and read-only tools that finish within
+//! [`EARLY_WAIT`] have their calls written with their results (see [`Turn::finish_early`]). The loop owns no status of the root message: it
 //! returns how the turn ended and the runtime resolves it.
 
 use std::collections::{HashMap, VecDeque};
@@ -36,6 +37,9 @@ pub const EMPTY_FALLBACK_TEXT: &str =
     "I could not produce an answer this time. Please try again, or rephrase your request.";
 /// How long tools get to clean up (kill their processes) after a stop.
 const TOOL_CLEANUP_GRACE: Duration = Duration::from_secs(5);
+/// How long a step's read-only tools may delay the write of their calls, to be written with
+/// their results (see [`Turn::finish_early`]). Short enough that nobody watching the turn notices.
+const EARLY_WAIT: Duration = Duration::from_millis(20);
 
 /// A stop request with its reason; cheap to clone, first reason wins.
 #[derive(Clone, Default)]
@@ -120,9 +124,11 @@ pub struct Turn<'a> {
     pub steered: Vec<MessageId>,
     /// An earlier run of this turn (that died) already posted the final answer.
     answered_before: bool,
-    /// The step's last tool result: in `history` already, written beside the next model call
-    /// (see [`Turn::call_model`]) or before any other write of the turn.
-    deferred: Option<Message>,
+    /// Messages in `history` already but not yet stored: the step's last tool result, or a
+    /// whole step of read-only tools that finished quickly (its calls and their results, see
+    /// [`Turn::finish_early`]). Written beside the next model call (see [`Turn::call_model`])
+    /// or before any other write of the turn.
+    deferred: Vec<Message>,
 }
 
 enum StepError {
@@ -192,7 +198,7 @@ impl<'a> Turn<'a> {
             last_input_tokens: 0,
             steered: Vec::new(),
             answered_before,
-            deferred: None,
+            deferred: Vec::new(),
         }
     }
 
@@ -202,7 +208,7 @@ impl<'a> Turn<'a> {
         let end = self.run_steps().await;
         // Every path that ends the turn writes through `post`, which writes a deferred result
         // first; this only guards a path that ends without writing anything.
-        if self.deferred.is_some()
+        if !self.deferred.is_empty()
             && let Err(error) = self.post(Vec::new()).await
         {
             return store_failure(error);
@@ -226,7 +232,7 @@ impl<'a> Turn<'a> {
             let model_call_next = !self.stop.is_stopped()
                 && self.usage.model_calls < u64::from(self.context.limits.model_calls)
                 && self.deps.steer_as.is_none();
-            if self.deferred.is_some()
+            if !self.deferred.is_empty()
                 && !model_call_next
                 && let Err(error) = self.post(Vec::new()).await
             {
@@ -260,6 +266,16 @@ impl<'a> Turn<'a> {
                     messages.iter().filter(|m| m.message_type == MessageType::ToolCall).cloned().collect();
                 self.start_tools(&calls)
             });
+            if let Some(running) = early.as_mut()
+                && self.finish_early(running).await
+            {
+                // The step and its results go to the store in one write, beside the next model call.
+                let results: Vec<Message> =
+                    running.finished.drain(..).map(|(call, output)| self.result_of(&call, output)).collect();
+                self.defer(messages);
+                self.defer(results);
+                continue;
+            }
             if let Err(error) = self.post_step(messages, early.as_mut()).await {
                 return store_failure(error);
             }
@@ -360,12 +376,6 @@ impl<'a> Turn<'a> {
             let mut stream = model.stream(&request).await?;
             collect_response(&mut stream).await
         };
-        // The last tool result (already in `request`) is written while the model works: one
-        // store round trip off each tool step. The write is never cut short: a stop or a
-        // deadline ends only the model's side, so the call is never left without its result.
-        // A crash before the write lands leaves the call open, and the next run gives it the
-        // "restarted" result, as for a crash during the tool.
-        let written = write_after_deferred(self.deps.gateway, self.deferred.take(), Vec::new());
         let stop = self.stop.token().clone();
         let deadline = self.context.deadline();
         // Dropping `answer` drops the stream, which aborts the HTTP request.
@@ -377,10 +387,25 @@ impl<'a> Turn<'a> {
                 result = answer => Ok(result),
             }
         };
-        let (written, answered) = tokio::join!(written, answered);
-        if let (Some(result), _) = written? {
-            self.replace_in_history(result);
-        }
+        // What the last step left unwritten (its last tool result, or the whole step of quick
+        // read-only tools; in `request` already) is written while the model works: one store
+        // round trip off each tool step. The model's side is polled first: that hands the
+        // request to the HTTP connection's task, and the yield lets that task put it on the
+        // wire before the write takes this thread. The write is never cut short: a stop or a
+        // deadline ends only the model's side, so no stored call is left without its result.
+        // A crash before the write lands leaves the call open, and the next run gives it the
+        // "restarted" result, as for a crash during the tool (or, for a deferred step, nothing:
+        // the rerun asks the model again).
+        let deferred = std::mem::take(&mut self.deferred);
+        let gateway = self.deps.gateway;
+        let written = async move {
+            if !deferred.is_empty() {
+                tokio::task::yield_now().await;
+            }
+            write_after_deferred(gateway, deferred, Vec::new()).await
+        };
+        let (answered, written) = tokio::join!(answered, written);
+        self.replace_in_history(written?.0);
         let result = answered?;
         if let Some(log) = self.deps.model_log {
             log(self.step, &request, result.as_ref());
@@ -434,6 +459,26 @@ impl<'a> Turn<'a> {
             })
     }
 
+    /// Give the read-only tools of a step up to [`EARLY_WAIT`] to finish before their calls are
+    /// written; whether all did. Then the calls are written with their results, in one
+    /// transaction instead of two, and a crash before that write loses only what a rerun of the
+    /// model call restores (read-only tools leave nothing behind). A stop or the turn's deadline
+    /// ends the wait at once: the calls are then written and [`Turn::run_tools`] sees why.
+    async fn finish_early(&self, running: &mut Running<'a>) -> bool {
+        let give_up = tokio::time::sleep_until(self.context.deadline().min(tokio::time::Instant::now() + EARLY_WAIT));
+        tokio::pin!(give_up);
+        let stop = self.stop.token();
+        while !running.running.is_empty() {
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return false,
+                _ = &mut give_up => return false,
+                Some(done) = running.running.next() => running.finished.push_back(done),
+            }
+        }
+        true
+    }
+
     /// Post the messages of one step (see [`Turn::step_messages`]) in one write. No tool runs
     /// before that, except the `early` ones, which go on while the write does.
     async fn post_step(&mut self, messages: Vec<Message>, early: Option<&mut Running<'a>>) -> Result<(), GatewayError> {
@@ -468,18 +513,19 @@ impl<'a> Turn<'a> {
     /// Write `messages` (after a deferred tool result, if one waits) and add them to the
     /// history; returns `messages` as stored.
     async fn post(&mut self, messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
-        let (result, stored) = write_after_deferred(self.deps.gateway, self.deferred.take(), messages).await?;
-        if let Some(result) = result {
-            self.replace_in_history(result);
-        }
+        let (deferred, stored) =
+            write_after_deferred(self.deps.gateway, std::mem::take(&mut self.deferred), messages).await?;
+        self.replace_in_history(deferred);
         self.history.extend(stored.iter().cloned());
         Ok(stored)
     }
 
-    /// Put the stored copy of a message already in the history (a deferred result) in place.
-    fn replace_in_history(&mut self, stored: Message) {
-        if let Some(kept) = self.history.iter_mut().rev().find(|m| m.id == stored.id) {
-            *kept = stored;
+    /// Put the stored copies of messages already in the history (deferred ones) in place.
+    fn replace_in_history(&mut self, stored: Vec<Message>) {
+        for stored in stored {
+            if let Some(kept) = self.history.iter_mut().rev().find(|m| m.id == stored.id) {
+                *kept = stored;
+            }
         }
     }
 
@@ -566,9 +612,14 @@ impl<'a> Turn<'a> {
     /// the turn (or beside the next model call). It is in the history at once.
     fn defer_result(&mut self, call: &Message, output: ToolOutput) {
         let result = self.result_of(call, output);
-        self.history.push(result.clone());
-        self.deferred = Some(result);
+        self.defer(vec![result]);
         self.open_calls.retain(|open| open.id != call.id);
+    }
+
+    /// Add `messages` to the history now and write them with the turn's next write.
+    fn defer(&mut self, messages: Vec<Message>) {
+        self.history.extend(messages.iter().cloned());
+        self.deferred.extend(messages);
     }
 
     fn result_of(&self, call: &Message, output: ToolOutput) -> Message {
@@ -747,21 +798,22 @@ async fn next_result(
     }
 }
 
-/// Write a deferred tool result (if one waits) and then `messages`, in one transaction and in
-/// that order; returns the result as stored and `messages` as stored.
+/// Write the deferred messages and then `messages`, in one transaction and in that order;
+/// returns both as stored.
 async fn write_after_deferred(
     gateway: &Gateway,
-    deferred: Option<Message>,
+    deferred: Vec<Message>,
     messages: Vec<Message>,
-) -> Result<(Option<Message>, Vec<Message>), GatewayError> {
-    let had_deferred = deferred.is_some();
-    let all: Vec<Message> = deferred.into_iter().chain(messages).collect();
+) -> Result<(Vec<Message>, Vec<Message>), GatewayError> {
+    let before = deferred.len();
+    let mut all = deferred;
+    all.extend(messages);
     if all.is_empty() {
-        return Ok((None, Vec::new()));
+        return Ok((Vec::new(), Vec::new()));
     }
-    let mut stored = gateway.post_many(&all).await?.into_iter().map(|event| event.message);
-    let result = if had_deferred { stored.next() } else { None };
-    Ok((result, stored.collect()))
+    let mut stored: Vec<Message> = gateway.post_many(&all).await?.into_iter().map(|event| event.message).collect();
+    let messages = stored.split_off(before.min(stored.len()));
+    Ok((stored, messages))
 }
 
 fn store_failure(error: GatewayError) -> TurnEnd {

@@ -98,6 +98,8 @@ struct Shared {
     // Short critical sections only, never held across an await.
     steps: Mutex<VecDeque<ScriptStep>>,
     requests: Mutex<Vec<Request>>,
+    /// When each request came in (`stream()` was called), in order.
+    requested_at: Mutex<Vec<chrono::DateTime<chrono::Utc>>>,
     cancellations: AtomicUsize,
     cancelled: Notify,
 }
@@ -149,6 +151,11 @@ impl ScriptedModel {
         self.shared.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
+    /// When each request came in (`stream()` was called), in order.
+    pub fn requested_at(&self) -> Vec<chrono::DateTime<chrono::Utc>> {
+        self.shared.requested_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
     /// Steps not used yet.
     pub fn remaining(&self) -> usize {
         self.shared.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).len()
@@ -184,6 +191,7 @@ impl Model for ScriptedModel {
     async fn stream(&self, request: &Request) -> Result<ResponseStream, LlmError> {
         let number = {
             let mut requests = self.shared.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.shared.requested_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(chrono::Utc::now());
             requests.push(request.clone());
             requests.len()
         };
