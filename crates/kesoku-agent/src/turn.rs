@@ -6,8 +6,9 @@
 //! store round trip each and lose nothing in a crash: a step's last tool result is written
 //! beside the next model call (see [`Turn::call_model`]), read-only tools start while their
 //! calls are written (see [`Turn::post_step`]), and read-only tools that finish within
-//! [`EARLY_WAIT`] have their calls written with their results (see [`Turn::finish_early`]). The loop owns no status of the root message: it
-//! returns how the turn ended and the runtime resolves it.
+//! [`EARLY_WAIT`] have their calls written with their results (see [`Turn::finish_early`]).
+//! The loop owns no status of the root message: it returns how the turn ended and the runtime
+//! resolves it.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -206,8 +207,8 @@ impl<'a> Turn<'a> {
     /// `Failed` (the runtime leaves the message for recovery when it cannot even record that).
     pub async fn run(&mut self) -> TurnEnd {
         let end = self.run_steps().await;
-        // Every path that ends the turn writes through `post`, which writes a deferred result
-        // first; this only guards a path that ends without writing anything.
+        // Every path that ends the turn writes through `post`, which writes the deferred
+        // messages first; this only guards a path that ends without writing anything.
         if !self.deferred.is_empty()
             && let Err(error) = self.post(Vec::new()).await
         {
@@ -227,7 +228,7 @@ impl<'a> Turn<'a> {
         }
         let mut nudged = false;
         loop {
-            // Only the model call writes a deferred result beside itself; any other way on
+            // Only the model call writes deferred messages beside itself; any other way on
             // (stop, limit, steering) writes it first, in order.
             let model_call_next = !self.stop.is_stopped()
                 && self.usage.model_calls < u64::from(self.context.limits.model_calls)
@@ -510,8 +511,8 @@ impl<'a> Turn<'a> {
         Ok(())
     }
 
-    /// Write `messages` (after a deferred tool result, if one waits) and add them to the
-    /// history; returns `messages` as stored.
+    /// Write `messages` (after the deferred ones, if any wait) and add them to the history;
+    /// returns `messages` as stored.
     async fn post(&mut self, messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
         let (deferred, stored) =
             write_after_deferred(self.deps.gateway, std::mem::take(&mut self.deferred), messages).await?;

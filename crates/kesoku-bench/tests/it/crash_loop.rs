@@ -6,7 +6,10 @@
 //! Messages are written straight into the service's SQLite store by this test (as `kesoku chat`
 //! does next to a running service); the service picks them up at start (and through its store
 //! watch). The model is the policy server: a turn makes three `run_shell_command` calls, one
-//! per step, then answers, whatever earlier runs of the turn left behind.
+//! per step, then answers, whatever earlier runs of the turn left behind. A second loop does
+//! the same with `read_file`, a read-only tool, whose quick steps are stored only with their
+//! results (beside the next model call): a kill before that loses the step, which the rerun
+//! asks the model for again.
 
 use std::time::Duration;
 
@@ -57,12 +60,32 @@ async fn fifty_kills_at_random_points_lose_nothing() {
         arguments: json!({"command": "sleep 0.03; echo step"}),
         latency: Duration::from_millis(10),
     });
+    crash_loop(&model, "run_shell_command", KILLS).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kills_in_read_only_tool_steps_lose_nothing_and_answer_each_call_once() {
+    // Slower model answers than above: a read-only step takes no time of its own, and the
+    // kills must land inside turns.
+    let model = PolicyServer::start(HttpPolicy {
+        calls: 3,
+        tool: "read_file".to_owned(),
+        arguments: json!({"path": "notes.txt"}),
+        latency: Duration::from_millis(60),
+    });
+    crash_loop(&model, "read_file", KILLS / 2).await;
+}
+
+/// `kills` rounds (turns calling `tool`) of: post a message in a new session, start the service, SIGKILL it at a
+/// random point; then one clean run answers everything, and nothing may be lost or doubled.
+async fn crash_loop(model: &PolicyServer, tool: &str, kills: usize) {
     let workspace = Workspace::new(&model.base_url(), "");
     workspace.init().await;
+    std::fs::write(workspace.path().join(".kesoku").join("notes.txt"), "a note to read\n").expect("write notes.txt");
     let store = workspace.store().await;
     let env = [(KEY_VAR, "test-key")];
 
-    for round in 0..KILLS {
+    for round in 0..kills {
         post_in_new_session(&store, round).await;
         let mut child = workspace
             .command(&["start"], &env)
@@ -91,7 +114,7 @@ async fn fifty_kills_at_random_points_lose_nothing() {
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.expect("stops").expect("reap");
     assert!(status.success(), "a clean stop exits 0: {status}");
 
-    assert_eq!(roots.len(), KILLS, "every posted message is stored");
+    assert_eq!(roots.len(), kills, "every posted message is stored");
     let mut interrupted_by_kills = 0;
     for root in &roots {
         let history = store.store.session_history(&root.session_id).await.expect("history");
@@ -119,6 +142,13 @@ async fn fifty_kills_at_random_points_lose_nothing() {
             .iter()
             .filter(|m| m.message_type == MessageType::ToolResult && m.content.contains("service restarted"))
             .count();
+        for call in history.iter().filter(|m| m.message_type == MessageType::ToolCall) {
+            let results = history
+                .iter()
+                .filter(|m| m.message_type == MessageType::ToolResult && m.parent_id.as_ref() == Some(&call.id))
+                .count();
+            assert_eq!(results, 1, "tool call {} has {results} results", call.id);
+        }
     }
     let orphans = store.store.orphaned_tool_calls(None).await.expect("orphans");
     assert!(orphans.is_empty(), "tool calls without a result: {:?}", orphans.iter().map(|m| &m.id).collect::<Vec<_>>());
@@ -131,8 +161,9 @@ async fn fifty_kills_at_random_points_lose_nothing() {
         "only {cancelled} cancelled activations and {interrupted_by_kills} interrupted tool calls: the kills missed"
     );
     println!(
-        "crash loop: {KILLS} kills, {} messages, {cancelled} activations cancelled by kills, \
+        "crash loop ({}): {kills} kills, {} messages, {cancelled} activations cancelled by kills, \
          {interrupted_by_kills} tool calls cut by kills, {} model requests",
+        tool,
         roots.len(),
         model.requests()
     );
