@@ -434,3 +434,32 @@ async fn a_command_store_shares_the_file_with_the_service() {
     assert!(matches!(error, StoreError::Missing { .. }), "{error:?}");
     service.close().await;
 }
+
+/// A pooled PostgreSQL connection the server ended while it sat idle (a restart, an idle
+/// timeout, a proxy) is pinged, found dead and replaced before a store call gets it. (Only
+/// connections idle for `PING_WHEN_IDLE` are pinged; sqlx's default pings before every call.)
+#[tokio::test]
+async fn a_postgres_connection_ended_while_idle_is_replaced_before_use() {
+    use sqlx::Connection;
+    let Some(db) = kesoku_test_support::db::pg_schema().await else { return };
+    let app = format!("kesoku-idle-{}", db.schema());
+    let url = format!("{}&application_name={app}", db.url());
+    let handle = kesoku_store::open(&url).await.expect("open");
+    handle.store.current_rev().await.expect("a first call leaves a connection in the pool");
+
+    let admin_url = std::env::var(kesoku_test_support::db::POSTGRES_URL_VAR).expect("set when a schema was made");
+    let mut admin = sqlx::PgConnection::connect(&admin_url).await.expect("admin connection");
+    let ended: Vec<bool> =
+        sqlx::query_scalar("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1")
+            .bind(&app)
+            .fetch_all(&mut admin)
+            .await
+            .expect("end the store's connections");
+    assert!(!ended.is_empty() && ended.iter().all(|ended| *ended), "the store's connections were ended: {ended:?}");
+    admin.close().await.expect("close");
+
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    handle.store.current_rev().await.expect("the dead connection is replaced, not handed out");
+    drop(handle);
+    db.cleanup().await;
+}
