@@ -155,7 +155,9 @@ impl kesoku_tools::Tool for Clock {
 
     async fn call(&self, _ctx: &kesoku_tools::ToolContext, _arguments: serde_json::Value) -> kesoku_tools::ToolOutput {
         let now = chrono::Utc::now().timestamp_micros();
-        tokio::time::sleep(self.delay).await;
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         kesoku_tools::ToolOutput::success(now.to_string())
     }
 }
@@ -163,14 +165,15 @@ impl kesoku_tools::Tool for Clock {
 /// When the `clock` tool started, relative to its call's write (the call's stamp is taken as
 /// its write begins): µs from the stamp to the tool's start.
 async fn clock_start_after_its_call(read_only: bool) -> i64 {
-    let messages = clock_turn(Clock::new(read_only)).await;
+    let (messages, _) = clock_turn(Clock::new(read_only)).await;
     let written = messages[1].created_at.expect("the call's stamp").timestamp_micros();
     let started: i64 = messages[2].content.parse().expect("the tool's answer");
     started - written
 }
 
-/// A turn that calls `clock` once and answers; its messages (text, call, result, answer).
-async fn clock_turn(clock: Clock) -> Vec<kesoku_core::Message> {
+/// A turn that calls `clock` once and answers: its messages (text, call, result, answer) and
+/// when each model request came in.
+async fn clock_turn(clock: Clock) -> (Vec<kesoku_core::Message>, Vec<chrono::DateTime<chrono::Utc>>) {
     let mut registry = kesoku_tools::Registry::new();
     registry.register(clock).expect("register");
     let options = Options { tools: Some(std::sync::Arc::new(registry)), ..Options::default() };
@@ -190,7 +193,7 @@ async fn clock_turn(clock: Clock) -> Vec<kesoku_core::Message> {
     let types: Vec<MessageType> = messages.iter().map(|m| m.message_type).collect();
     assert_eq!(types, [MessageType::Text, MessageType::ToolCall, MessageType::ToolResult, MessageType::Text]);
     assert_eq!(messages[2].parent_id.as_ref(), Some(&messages[1].id), "the result answers the call");
-    messages
+    (messages, h.model.requested_at())
 }
 
 #[tokio::test]
@@ -207,14 +210,14 @@ async fn a_read_only_tool_starts_while_its_call_is_written_and_others_wait_for_t
 async fn a_quick_read_only_tool_has_its_call_written_with_its_result() {
     // One write stamps all its messages alike: a quick read-only tool's call is written with
     // its result (one transaction instead of two)...
-    let quick = clock_turn(Clock::new(true)).await;
+    let (quick, _) = clock_turn(Clock::new(true)).await;
     assert_eq!(quick[1].created_at, quick[2].created_at, "the call and its result in one write");
     // ...a slow one's call is written while it runs, so whoever watches the turn sees it...
-    let slow = clock_turn(Clock::new(true).taking(std::time::Duration::from_millis(200))).await;
+    let (slow, _) = clock_turn(Clock::new(true).taking(std::time::Duration::from_millis(200))).await;
     let (call, result) = (slow[1].created_at.expect("stamp"), slow[2].created_at.expect("stamp"));
     assert!(result - call >= chrono::Duration::milliseconds(150), "call {call}, result {result}");
     // ...and any other tool's call is written before the tool starts, in a write of its own.
-    let other = clock_turn(Clock::new(false)).await;
+    let (other, _) = clock_turn(Clock::new(false)).await;
     assert!(other[1].created_at < other[2].created_at, "{:?} vs {:?}", other[1].created_at, other[2].created_at);
 }
 
@@ -223,22 +226,8 @@ async fn what_a_step_left_unwritten_is_written_after_the_next_request_went_out()
     // A tool's result (and a quick read-only tool's call with it) is written beside the next
     // model call, after the request was handed over: the write's stamp is taken as it begins.
     for read_only in [false, true] {
-        let clock = Clock::new(read_only);
-        let mut registry = kesoku_tools::Registry::new();
-        registry.register(clock).expect("register");
-        let options = Options { tools: Some(std::sync::Arc::new(registry)), ..Options::default() };
-        let call = Part::ToolCall(ToolCall {
-            id: "c1".to_owned(),
-            name: "clock".to_owned(),
-            arguments: json!({}),
-            signature: None,
-        });
-        let h = Harness::start_with(vec![ScriptStep::parts(vec![call]), ScriptStep::text("done")], options).await;
-        let user = h.post_user("what time is it?").await;
-        assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
-        let result = h.history().await.into_iter().find(|m| m.message_type == MessageType::ToolResult).expect("result");
-        let asked = h.model.requested_at()[1];
-        let written = result.created_at.expect("the result's stamp");
+        let (messages, requested_at) = clock_turn(Clock::new(read_only)).await;
+        let (asked, written) = (requested_at[1], messages[2].created_at.expect("the result's stamp"));
         assert!(
             asked <= written,
             "read-only {read_only}: the second request at {asked}, the result written at {written}"
