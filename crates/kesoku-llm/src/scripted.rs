@@ -97,9 +97,8 @@ pub fn response_events(response: &Response) -> Vec<StreamEvent> {
 struct Shared {
     // Short critical sections only, never held across an await.
     steps: Mutex<VecDeque<ScriptStep>>,
-    requests: Mutex<Vec<Request>>,
-    /// When each request came in (`stream()` was called), in order.
-    requested_at: Mutex<Vec<chrono::DateTime<chrono::Utc>>>,
+    /// Each request with when it came in (`stream()` was called), in order.
+    requests: Mutex<Vec<(Request, chrono::DateTime<chrono::Utc>)>>,
     cancellations: AtomicUsize,
     cancelled: Notify,
 }
@@ -148,12 +147,18 @@ impl ScriptedModel {
 
     /// Every request received, in order.
     pub fn requests(&self) -> Vec<Request> {
-        self.shared.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .map(|(r, _)| r.clone())
+            .collect()
     }
 
     /// When each request came in (`stream()` was called), in order.
     pub fn requested_at(&self) -> Vec<chrono::DateTime<chrono::Utc>> {
-        self.shared.requested_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+        self.shared.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).iter().map(|(_, at)| *at).collect()
     }
 
     /// Steps not used yet.
@@ -191,8 +196,7 @@ impl Model for ScriptedModel {
     async fn stream(&self, request: &Request) -> Result<ResponseStream, LlmError> {
         let number = {
             let mut requests = self.shared.requests.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-            self.shared.requested_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(chrono::Utc::now());
-            requests.push(request.clone());
+            requests.push((request.clone(), chrono::Utc::now()));
             requests.len()
         };
         let step = self.shared.steps.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).pop_front();

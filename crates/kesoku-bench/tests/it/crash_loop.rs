@@ -54,31 +54,34 @@ async fn wait_for_log(child: &mut tokio::process::Child, needle: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_kills_at_random_points_lose_nothing() {
-    let model = PolicyServer::start(HttpPolicy {
+    let policy = HttpPolicy {
         calls: 3,
         tool: "run_shell_command".to_owned(),
         arguments: json!({"command": "sleep 0.03; echo step"}),
         latency: Duration::from_millis(10),
-    });
-    crash_loop(&model, "run_shell_command", KILLS).await;
+    };
+    crash_loop(policy, KILLS).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kills_in_read_only_tool_steps_lose_nothing_and_answer_each_call_once() {
     // Slower model answers than above: a read-only step takes no time of its own, and the
     // kills must land inside turns.
-    let model = PolicyServer::start(HttpPolicy {
+    let policy = HttpPolicy {
         calls: 3,
         tool: "read_file".to_owned(),
         arguments: json!({"path": "notes.txt"}),
         latency: Duration::from_millis(60),
-    });
-    crash_loop(&model, "read_file", KILLS / 2).await;
+    };
+    crash_loop(policy, KILLS / 2).await;
 }
 
-/// `kills` rounds (turns calling `tool`) of: post a message in a new session, start the service, SIGKILL it at a
-/// random point; then one clean run answers everything, and nothing may be lost or doubled.
-async fn crash_loop(model: &PolicyServer, tool: &str, kills: usize) {
+/// `kills` rounds of: post a message in a new session, start the service, SIGKILL it at a
+/// random point (the model answering by `policy`); then one clean run answers everything, and
+/// nothing may be lost or doubled.
+async fn crash_loop(policy: HttpPolicy, kills: usize) {
+    let tool = policy.tool.clone();
+    let model = PolicyServer::start(policy);
     let workspace = Workspace::new(&model.base_url(), "");
     workspace.init().await;
     std::fs::write(workspace.path().join(".kesoku").join("notes.txt"), "a note to read\n").expect("write notes.txt");
