@@ -10,10 +10,10 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc: faster than glibc malloc on the many small strings a turn and a history allocate,
-/// and it gives freed memory back to the OS instead of keeping one arena per thread.
+/// The `kesoku` binary's allocator (mimalloc, counting live bytes), so in-process measurements
+/// match the service.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kesoku_alloc::Allocator = kesoku_alloc::Allocator;
 use kesoku_bench::bench::{self, Row, Scale};
 use kesoku_bench::system::Backend;
 

@@ -35,6 +35,9 @@ use crate::{console, openapi, routes};
 /// Largest request body by default (attachments travel base64 inside JSON).
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
+/// Reads the bytes in live heap allocations (the binary owns the global allocator).
+pub type HeapProbe = fn() -> Option<u64>;
+
 /// Everything the handlers need.
 #[derive(Clone)]
 pub struct ServerState {
@@ -49,6 +52,8 @@ pub struct ServerState {
     pub metrics: Option<PrometheusHandle>,
     /// Largest request body in bytes.
     pub body_limit: usize,
+    /// Bytes in live heap allocations, when the binary's allocator counts them (`/metrics`).
+    pub heap_probe: Option<HeapProbe>,
     /// Fires when the server shuts down: open event streams end.
     pub shutdown: CancellationToken,
 }
@@ -74,6 +79,7 @@ impl ServerState {
             token: None,
             metrics: None,
             body_limit: DEFAULT_BODY_LIMIT,
+            heap_probe: None,
             shutdown: CancellationToken::new(),
         }
     }
@@ -85,6 +91,11 @@ impl ServerState {
 
     pub fn with_metrics(mut self, handle: PrometheusHandle) -> Self {
         self.metrics = Some(handle);
+        self
+    }
+
+    pub fn with_heap_probe(mut self, probe: HeapProbe) -> Self {
+        self.heap_probe = Some(probe);
         self
     }
 

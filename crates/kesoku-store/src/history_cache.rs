@@ -31,6 +31,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kesoku_core::{Message, SessionId};
 use rusqlite::{Connection, params};
@@ -138,12 +139,50 @@ pub(crate) struct HistoryCache {
     entries: Mutex<Entries>,
 }
 
-#[derive(Default)]
 struct Entries {
     by_session: HashMap<SessionId, Entry>,
     /// Long sessions read lately but not kept, most recent last (see the module's "Admission").
     ghosts: VecDeque<SessionId>,
     clock: u64,
+    /// Where what `by_session` holds is counted.
+    kept: &'static Kept,
+}
+
+impl Default for Entries {
+    fn default() -> Self {
+        Entries { by_session: HashMap::new(), ghosts: VecDeque::new(), clock: 0, kept: &KEPT }
+    }
+}
+
+/// Bytes (estimated) and sessions kept by history caches: the service's metrics report the
+/// process's ([`KEPT`]), so an operator (and the soak benchmark) can tell this bounded pool
+/// from a leak. Every change to an `Entries::by_session` goes through `take` or `put`, which
+/// keep these current; an entry being brought up to date by a reader is out of the map, and
+/// not counted, for that moment.
+#[derive(Default)]
+pub(crate) struct Kept {
+    bytes: AtomicUsize,
+    sessions: AtomicUsize,
+}
+
+/// What every history cache of the process keeps.
+pub(crate) static KEPT: Kept = Kept { bytes: AtomicUsize::new(0), sessions: AtomicUsize::new(0) };
+
+impl Kept {
+    /// `(bytes, sessions)`.
+    pub(crate) fn get(&self) -> (usize, usize) {
+        (self.bytes.load(Ordering::Relaxed), self.sessions.load(Ordering::Relaxed))
+    }
+
+    fn count_in(&self, entry: &Entry) {
+        self.bytes.fetch_add(entry.bytes, Ordering::Relaxed);
+        self.sessions.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn count_out(&self, entry: &Entry) {
+        self.bytes.fetch_sub(entry.bytes, Ordering::Relaxed);
+        self.sessions.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// How [`HistoryCache::read`] reads rows: everything of a session, or what changed since a revision.
@@ -178,7 +217,7 @@ impl HistoryCache {
     ) -> StoreResult<Vec<Message>> {
         let now = current_rev(conn)?;
         // Take the entry out while reading, so the other reader is not held up.
-        let kept = self.lock().by_session.remove(session_id);
+        let kept = self.lock().take(session_id);
         let mut entry = match kept {
             Some(mut entry) if entry.seen_rev <= now && now - entry.seen_rev <= MAX_DELTA => {
                 if entry.seen_rev < now {
@@ -202,7 +241,7 @@ impl HistoryCache {
             entries.clock += 1;
             entry.last_read = entries.clock;
             if entry.bytes <= MAX_BYTES / 2 {
-                entries.by_session.insert(session_id.clone(), entry);
+                entries.put(session_id.clone(), entry);
             }
             entries.evict();
         }
@@ -215,6 +254,19 @@ impl HistoryCache {
 }
 
 impl Entries {
+    fn take(&mut self, session_id: &SessionId) -> Option<Entry> {
+        let entry = self.by_session.remove(session_id)?;
+        self.kept.count_out(&entry);
+        Some(entry)
+    }
+
+    fn put(&mut self, session_id: SessionId, entry: Entry) {
+        self.kept.count_in(&entry);
+        if let Some(replaced) = self.by_session.insert(session_id, entry) {
+            self.kept.count_out(&replaced);
+        }
+    }
+
     /// Whether a long session read whole should be kept: yes when it was read lately (it is a
     /// ghost); otherwise it becomes the newest ghost and is not kept this time.
     fn admit(&mut self, session_id: &SessionId) -> bool {
@@ -238,10 +290,18 @@ impl Entries {
             let oldest = self.by_session.iter().min_by_key(|(_, entry)| entry.last_read).map(|(id, _)| id.clone());
             match oldest {
                 Some(id) => {
-                    self.by_session.remove(&id);
+                    self.take(&id);
                 }
                 None => return,
             }
+        }
+    }
+}
+
+impl Drop for Entries {
+    fn drop(&mut self) {
+        for entry in self.by_session.values() {
+            self.kept.count_out(entry);
         }
     }
 }
@@ -349,7 +409,7 @@ mod tests {
         for index in 0..MAX_SESSIONS + 3 {
             let mut entry = Entry::new(1, vec![row(&format!("m{index}"), (1, 0, 0, 1), "x")]);
             entry.last_read = index as u64;
-            entries.by_session.insert(SessionId::from(format!("s{index}").as_str()), entry);
+            entries.put(SessionId::from(format!("s{index}").as_str()), entry);
         }
         entries.evict();
         assert_eq!(entries.by_session.len(), MAX_SESSIONS);
@@ -357,5 +417,33 @@ mod tests {
             assert!(!entries.by_session.contains_key(&SessionId::from(format!("s{gone}").as_str())));
         }
         assert!(entries.by_session.contains_key(&SessionId::from(format!("s{}", MAX_SESSIONS + 2).as_str())));
+    }
+
+    #[test]
+    fn what_is_kept_is_counted_until_it_leaves() {
+        let kept: &'static Kept = Box::leak(Box::default());
+        let mut entries = Entries::default();
+        entries.kept = kept;
+        let entry = |index: usize, content: &str| {
+            let mut entry = Entry::new(1, vec![row(&format!("m{index}"), (1, 0, 0, 1), content)]);
+            entry.last_read = index as u64;
+            entry
+        };
+        let sizes: Vec<usize> = (0..MAX_SESSIONS + 2).map(|index| entry(index, &"x".repeat(index)).bytes).collect();
+        for index in 0..MAX_SESSIONS + 2 {
+            entries.put(SessionId::from(format!("s{index}").as_str()), entry(index, &"x".repeat(index)));
+        }
+        assert_eq!(kept.get(), (sizes.iter().sum(), MAX_SESSIONS + 2));
+        // A newer copy replaces the old one: counted once.
+        entries.put(SessionId::from("s0"), entry(0, "a longer history now"));
+        let replaced = entry(0, "a longer history now").bytes;
+        assert_eq!(kept.get().0, sizes.iter().sum::<usize>() - sizes[0] + replaced);
+        entries.evict();
+        let left: usize = entries.by_session.values().map(|entry| entry.bytes).sum();
+        assert_eq!(kept.get(), (left, MAX_SESSIONS));
+        let taken = entries.take(&SessionId::from(format!("s{}", MAX_SESSIONS + 1).as_str())).expect("kept").bytes;
+        assert_eq!(kept.get(), (left - taken, MAX_SESSIONS - 1));
+        drop(entries);
+        assert_eq!(kept.get(), (0, 0), "a closed store's cache still counted");
     }
 }

@@ -182,6 +182,35 @@ pub trait Ledger: Send + Sync + 'static {
     async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>>;
 }
 
+/// Memory the stores of this process hold beside the ordinary churn of turns, for the
+/// service's metrics: SQLite's own allocations (every connection's page cache, schemas,
+/// prepared statements) and the history caches. Each is bounded; reporting them lets an
+/// operator (and the soak benchmark) tell a filling pool from a leak.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoryUsage {
+    /// Bytes SQLite has allocated now (`sqlite3_memory_used`), all connections together.
+    pub sqlite_bytes: u64,
+    /// The most SQLite has had allocated at once since the process started.
+    pub sqlite_highwater_bytes: u64,
+    /// Bytes the history caches keep (estimated from the decoded messages).
+    pub history_cache_bytes: u64,
+    /// Sessions the history caches keep.
+    pub history_cache_sessions: u64,
+}
+
+/// What the stores of this process hold now (see [`MemoryUsage`]). Process-wide: SQLite counts
+/// its allocations globally, and every SQLite store's history cache adds to one count.
+pub fn memory_usage() -> MemoryUsage {
+    let (sqlite_bytes, sqlite_highwater_bytes) = sqlite::sqlite_memory();
+    let (cache_bytes, cache_sessions) = history_cache::KEPT.get();
+    MemoryUsage {
+        sqlite_bytes,
+        sqlite_highwater_bytes,
+        history_cache_bytes: cache_bytes as u64,
+        history_cache_sessions: cache_sessions as u64,
+    }
+}
+
 /// Both traits over one backend (one pool).
 #[derive(Clone)]
 pub struct StoreHandle {

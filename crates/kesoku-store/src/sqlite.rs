@@ -1720,6 +1720,18 @@ impl Ledger for SqliteStore {
     }
 }
 
+/// `(bytes allocated now, most allocated at once)` by SQLite in this process.
+#[allow(unsafe_code)]
+pub(crate) fn sqlite_memory() -> (u64, u64) {
+    // SAFETY: both functions take no pointers and only read SQLite's global counters (kept
+    // under its own mutex since the library is built with SQLITE_DEFAULT_MEMSTATUS on); they
+    // are callable at any time, before or after any connection opens; the argument 0 asks not
+    // to reset the high-water mark.
+    let (used, highwater) =
+        unsafe { (rusqlite::ffi::sqlite3_memory_used(), rusqlite::ffi::sqlite3_memory_highwater(0)) };
+    (u64::try_from(used).unwrap_or(0), u64::try_from(highwater).unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1798,6 +1810,31 @@ mod tests {
         for shown in [open, running, orphans, whole] {
             assert!(!shown.contains("SCAN messages"), "{shown}");
         }
+    }
+
+    /// The service's metrics see a kept long history and SQLite's own allocations.
+    #[tokio::test]
+    async fn a_kept_history_and_sqlites_memory_are_reported() {
+        use kesoku_core::SessionId;
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(&dir.path().join("kesoku.db")).await.expect("create");
+        let session = SessionId::from("sess_reported");
+        let messages: Vec<Message> = (0..crate::history_cache::MIN_MESSAGES + 10)
+            .map(|index| Message::user_text(&session, "cli", "local", "Chii", format!("message {index}")))
+            .collect();
+        store.insert_messages(&messages).await.expect("write a long session");
+        // Kept from its second read on (admission), counted while kept.
+        for _ in 0..2 {
+            assert_eq!(store.session_history(&session).await.expect("history").len(), messages.len());
+        }
+        let usage = crate::memory_usage();
+        // Other tests of this process may keep histories too: at least this one is counted.
+        assert!(usage.history_cache_sessions >= 1, "{usage:?}");
+        let least = messages.len() * (std::mem::size_of::<Message>() + "message 100".len());
+        assert!(usage.history_cache_bytes >= least as u64, "{usage:?}: fewer than {least} bytes");
+        assert!(usage.sqlite_bytes > 0, "{usage:?}");
+        assert!(usage.sqlite_highwater_bytes >= usage.sqlite_bytes, "{usage:?}");
     }
 
     /// The checkpoint thread starts the log over through the writer's own connection: a write

@@ -11,10 +11,9 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-/// mimalloc: faster than glibc malloc on the many small strings a turn and a history allocate,
-/// and it gives freed memory back to the OS instead of keeping one arena per thread.
+/// mimalloc, counting live bytes for `/metrics` (see `kesoku_alloc`).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: kesoku_alloc::Allocator = kesoku_alloc::Allocator;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();

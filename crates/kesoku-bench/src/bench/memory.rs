@@ -33,6 +33,9 @@ pub struct Measured {
     /// RSS after 1,000 and after 2,000 sessions had one turn each (idle again).
     pub rss_after_1000: u64,
     pub rss_after_2000: u64,
+    /// The service's own account (`/metrics`) when idle and after 1,000 sessions.
+    pub reported_idle: Reported,
+    pub reported_after_1000: Reported,
     pub soak: Soak,
 }
 
@@ -48,7 +51,60 @@ pub struct Soak {
     pub slope_per_minute: f64,
     /// The same for its anonymous part (heap), which a leak would grow.
     pub anon_slope_per_minute: f64,
+    /// The service's own account of that memory (its `/metrics`), sampled with the RSS.
+    pub parts: Parts,
     pub lost: usize,
+}
+
+/// Slopes (bytes/minute, after the first fifth) and last values of the memory parts the
+/// service reports on `/metrics`: the bytes in live Rust heap allocations, what SQLite
+/// allocated (page caches, statements), and the history caches (part of the heap). The
+/// anonymous RSS less the first two is the rest: pages the allocators hold beyond what is
+/// live (free space, fragmentation), glibc's overhead, thread stacks.
+#[derive(Debug, Clone, Default)]
+pub struct Parts {
+    pub heap: Part,
+    pub sqlite: Part,
+    pub history_cache: Part,
+    pub rest: Part,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Part {
+    pub slope_per_minute: f64,
+    pub last: u64,
+}
+
+impl Part {
+    fn of(samples: &[(f64, f64)]) -> Part {
+        let settled: Vec<(f64, f64)> = samples.iter().copied().skip(samples.len() / 5).collect();
+        Part {
+            slope_per_minute: slope(&settled).unwrap_or(0.0),
+            last: samples.last().map(|sample| sample.1 as u64).unwrap_or_default(),
+        }
+    }
+}
+
+/// One scrape of the service's memory gauges.
+#[derive(Debug, Clone, Copy)]
+pub struct Reported {
+    heap: u64,
+    sqlite: u64,
+    history_cache: u64,
+}
+
+async fn reported_memory(http: &reqwest::Client, base: &str) -> anyhow::Result<Reported> {
+    let text = http.get(format!("{base}/metrics")).send().await?.error_for_status()?.text().await?;
+    let gauge = |name: &str| -> anyhow::Result<u64> {
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .with_context(|| format!("/metrics has no `{name}`"))
+    };
+    Ok(Reported {
+        heap: gauge("kesoku_heap_live_bytes")?,
+        sqlite: gauge("kesoku_sqlite_memory_bytes")?,
+        history_cache: gauge("kesoku_history_cache_bytes")?,
+    })
 }
 
 impl Measured {
@@ -156,9 +212,11 @@ pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64) -> anyhow::Resu
     let store = kesoku_store::open_existing(&store_url).await.context("opening the service's store")?;
 
     let (idle_rss, idle_anon) = settled(service.pid).await?;
+    let reported_idle = reported_memory(&http, &base).await?;
     open_sessions(&http, &base, "first", 1000).await?;
     wait_idle(&store, 1000).await?;
     let rss_after_1000 = settled_rss(service.pid).await?;
+    let reported_after_1000 = reported_memory(&http, &base).await?;
     open_sessions(&http, &base, "second", 1000).await?;
     wait_idle(&store, 2000).await?;
     let rss_after_2000 = settled_rss(service.pid).await?;
@@ -168,7 +226,16 @@ pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64) -> anyhow::Resu
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let _ = tokio::time::timeout(Duration::from_secs(30), service.child.wait()).await;
     let symbol_order = crate::binaries::symbol_order_note(binary);
-    Ok(Measured { idle_rss, idle_anon, symbol_order, rss_after_1000, rss_after_2000, soak })
+    Ok(Measured {
+        idle_rss,
+        idle_anon,
+        symbol_order,
+        rss_after_1000,
+        rss_after_2000,
+        reported_idle,
+        reported_after_1000,
+        soak,
+    })
 }
 
 /// Post one message on each of `count` new channels (a new session each), 32 at a time.
@@ -232,6 +299,7 @@ async fn soak(
     let mut sample = tokio::time::interval(Duration::from_secs(5));
     let mut samples: Vec<(f64, f64)> = Vec::new();
     let mut anon_samples: Vec<(f64, f64)> = Vec::new();
+    let (mut heap, mut sqlite, mut cache, mut rest) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut posted = 0usize;
     let mut in_flight = futures::stream::FuturesUnordered::new();
     while started.elapsed() < duration {
@@ -248,6 +316,11 @@ async fn soak(
                 let minutes = started.elapsed().as_secs_f64() / 60.0;
                 samples.push((minutes, memory.rss as f64));
                 anon_samples.push((minutes, memory.anon as f64));
+                let parts = reported_memory(http, base).await.context("reading the service's memory gauges")?;
+                heap.push((minutes, parts.heap as f64));
+                sqlite.push((minutes, parts.sqlite as f64));
+                cache.push((minutes, parts.history_cache as f64));
+                rest.push((minutes, memory.anon as f64 - parts.heap as f64 - parts.sqlite as f64));
             }
             Some(response) = in_flight.next() => {
                 let response = response.context("posting a message")?;
@@ -274,6 +347,12 @@ async fn soak(
         max_rss: samples.iter().map(rss).max().unwrap_or_default(),
         slope_per_minute: slope(&settled).unwrap_or(0.0),
         anon_slope_per_minute: slope(&anon_settled).unwrap_or(0.0),
+        parts: Parts {
+            heap: Part::of(&heap),
+            sqlite: Part::of(&sqlite),
+            history_cache: Part::of(&cache),
+            rest: Part::of(&rest),
+        },
         lost: (before + posted).saturating_sub(done),
     })
 }
@@ -290,7 +369,13 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             mib(measured.idle_rss),
             "≤ 15 MB",
             Verdict::of(measured.idle_rss <= 15 * 1000 * 1000),
-            format!("VmRSS, instant mock configured; anonymous {}; {}", mib(measured.idle_anon), measured.symbol_order),
+            format!(
+                "VmRSS, instant mock configured; anonymous {} (live heap {}, SQLite {}); {}",
+                mib(measured.idle_anon),
+                mib(measured.reported_idle.heap),
+                mib(measured.reported_idle.sqlite),
+                measured.symbol_order
+            ),
         ),
         Row::new(
             "3. memory: per idle session (1,000 sessions after one turn each)",
@@ -298,7 +383,14 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             format!("{:.1} KB", per_session / 1000.0),
             "≤ 20 KB",
             Verdict::of(per_session <= 20_000.0),
-            format!("+{} for the first 1,000, +{} for the next 1,000", signed_mib(per_1000), signed_mib(second_1000)),
+            format!(
+                "+{} for the first 1,000, +{} for the next 1,000; of the first (the service's /metrics): \
+                 live heap {}, SQLite {}",
+                signed_mib(per_1000),
+                signed_mib(second_1000),
+                signed_mib(measured.reported_after_1000.heap as i64 - measured.reported_idle.heap as i64),
+                signed_mib(measured.reported_after_1000.sqlite as i64 - measured.reported_idle.sqlite as i64),
+            ),
         ),
         Row::new(
             &format!(
@@ -311,17 +403,27 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             "flat",
             Verdict::Info,
             format!(
-                "{} turns, {} lost; RSS {} → {} (max {}); anonymous part {:+.1} KB/min; sessions of {} turns",
+                "{} turns, {} lost; RSS {} → {} (max {}); anonymous part {:+.1} KB/min, of it (the service's \
+                 /metrics, KB/min, last value): live heap {}, SQLite {}, history cache {}, rest {}; \
+                 sessions of {} turns",
                 soak.turns,
                 soak.lost,
                 mib(soak.start_rss),
                 mib(soak.end_rss),
                 mib(soak.max_rss),
                 soak.anon_slope_per_minute / 1000.0,
+                part(&soak.parts.heap),
+                part(&soak.parts.sqlite),
+                part(&soak.parts.history_cache),
+                part(&soak.parts.rest),
                 SOAK_TURNS_PER_SESSION
             ),
         ),
     ]
+}
+
+fn part(part: &Part) -> String {
+    format!("{:+.1} ({})", part.slope_per_minute / 1000.0, mib(part.last))
 }
 
 fn signed_mib(bytes: i64) -> String {

@@ -147,3 +147,29 @@ async fn metrics_render_the_recorder_and_scrape_time_gauges() {
     let bare = send(&server.app(), get("/metrics")).await;
     assert!(bare.text.contains("kesoku_lane_depth{lane=\"interactive\"} 2"));
 }
+
+/// The memory gauges: the resident set and its anonymous part (read from /proc on Linux),
+/// the live heap bytes the binary reports, SQLite's allocations and the history caches.
+#[tokio::test]
+async fn metrics_report_the_memory_of_the_process_and_its_pools() {
+    let server = TestServer::new().await;
+    let app = kesoku_server::app(server.state().with_heap_probe(|| Some(123_456_789)));
+    let reply = send(&app, get("/metrics")).await;
+    let value = |name: &str| -> Option<u64> {
+        reply.text.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    };
+    assert_eq!(value("kesoku_heap_live_bytes"), Some(123_456_789), "{}", reply.text);
+    assert!(reply.text.contains("# TYPE kesoku_sqlite_memory_bytes gauge"), "{}", reply.text);
+    // The test server's store is SQLite: its connections have allocated.
+    assert!(value("kesoku_sqlite_memory_bytes").is_some_and(|bytes| bytes > 0), "{}", reply.text);
+    assert!(value("kesoku_history_cache_bytes").is_some(), "{}", reply.text);
+    assert!(value("kesoku_history_cache_sessions").is_some(), "{}", reply.text);
+    if cfg!(target_os = "linux") {
+        let resident = value("process_resident_memory_bytes").unwrap_or(0);
+        let anon = value("kesoku_resident_anon_bytes").unwrap_or(u64::MAX);
+        assert!(resident > 1_000_000 && anon < resident, "resident {resident}, anonymous {anon}:\n{}", reply.text);
+    }
+    // A binary that cannot tell its heap leaves that gauge out.
+    let bare = send(&server.app(), get("/metrics")).await;
+    assert!(!bare.text.contains("kesoku_heap_live_bytes"), "{}", bare.text);
+}

@@ -266,7 +266,8 @@ async fn start_http(
         std::sync::Arc::new(crate::control::AgentHandle(agent.clone())),
         workspace,
     )
-    .with_metrics(metrics);
+    .with_metrics(metrics)
+    .with_heap_probe(|| Some(kesoku_alloc::live_bytes()));
     if let Some(token) = token {
         state = state.with_token(token);
     }
