@@ -64,6 +64,15 @@ pub fn live_bytes() -> u64 {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Allocator;
 
+/// `pointer`, counting `change` when the allocation succeeded (null: nothing changed).
+#[inline]
+fn counted(pointer: *mut u8, change: isize) -> *mut u8 {
+    if !pointer.is_null() {
+        count(change);
+    }
+    pointer
+}
+
 fn signed(size: usize) -> isize {
     isize::try_from(size).unwrap_or(isize::MAX)
 }
@@ -77,21 +86,13 @@ unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         // SAFETY: the caller upholds `alloc`'s contract, which is mimalloc's.
-        let pointer = unsafe { MiMalloc.alloc(layout) };
-        if !pointer.is_null() {
-            count(signed(layout.size()));
-        }
-        pointer
+        counted(unsafe { MiMalloc.alloc(layout) }, signed(layout.size()))
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         // SAFETY: as `alloc`.
-        let pointer = unsafe { MiMalloc.alloc_zeroed(layout) };
-        if !pointer.is_null() {
-            count(signed(layout.size()));
-        }
-        pointer
+        counted(unsafe { MiMalloc.alloc_zeroed(layout) }, signed(layout.size()))
     }
 
     #[inline]
@@ -104,10 +105,6 @@ unsafe impl GlobalAlloc for Allocator {
     #[inline]
     unsafe fn realloc(&self, pointer: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         // SAFETY: the caller upholds `realloc`'s contract, which is mimalloc's.
-        let moved = unsafe { MiMalloc.realloc(pointer, layout, new_size) };
-        if !moved.is_null() {
-            count(signed(new_size) - signed(layout.size()));
-        }
-        moved
+        counted(unsafe { MiMalloc.realloc(pointer, layout, new_size) }, signed(new_size) - signed(layout.size()))
     }
 }
