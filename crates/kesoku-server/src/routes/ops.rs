@@ -74,9 +74,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     for lane in Lane::ALL {
         let _ = writeln!(text, "kesoku_lane_depth{{lane=\"{lane}\"}} {}", runtime.queue.depth(*lane));
     }
-    let _ = writeln!(text, "# HELP kesoku_turns_running Turns running now in this process.");
-    let _ = writeln!(text, "# TYPE kesoku_turns_running gauge");
-    let _ = writeln!(text, "kesoku_turns_running {}", runtime.running.len());
+    gauge(&mut text, "kesoku_turns_running", "Turns running now in this process.", runtime.running.len() as u64);
 
     let open = [Status::PendingAgent, Status::Processing, Status::Pending];
     match state.gateway.store().list_messages(&MessageFilter::default().with_statuses(&open)).await {
