@@ -32,6 +32,10 @@ struct Args {
     /// Minutes of the memory soak (default: 1 with --quick, 10 otherwise).
     #[arg(long)]
     soak_minutes: Option<f64>,
+    /// Also write the memory soak's samples (every 5 s: RSS, anonymous, live heap, SQLite,
+    /// history cache, rest) to this CSV file as they are taken.
+    #[arg(long, value_name = "FILE")]
+    soak_samples: Option<std::path::PathBuf>,
     /// Also write the rows as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -44,6 +48,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
+    kesoku_alloc::configure();
     let args = Args::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -127,7 +132,7 @@ async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
         if args.wants("memory") {
             let minutes = args.soak_minutes.unwrap_or(if args.quick { 1.0 } else { 10.0 });
             eprintln!("memory of `kesoku start` ({minutes} min soak) …");
-            let measured = bench::memory::run(&binary, scale, minutes).await?;
+            let measured = bench::memory::run(&binary, scale, minutes, args.soak_samples.as_deref()).await?;
             rows.extend(bench::memory::rows(&measured));
         }
     }

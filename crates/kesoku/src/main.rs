@@ -16,6 +16,7 @@ use clap::Parser;
 static ALLOCATOR: kesoku_alloc::Allocator = kesoku_alloc::Allocator;
 
 fn main() -> ExitCode {
+    kesoku_alloc::configure();
     let cli = cli::Cli::parse();
     init_tracing(&cli);
     // The service spreads sessions over every core; a command (a one-shot turn, an interactive
