@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::Stream;
 use kesoku_broker::{Broker, BrokerEvent, Control, Interest, MessageNotice, Received, StopReason};
@@ -274,6 +275,35 @@ async fn read_store(
 struct Seen {
     rev_by_id: HashMap<MessageId, i64>,
     newest: i64,
+    /// `(len, capacity)` of `rev_by_id` as last added to [`SEEN_IDS`] and [`SEEN_ROOM`].
+    counted: (usize, usize),
+}
+
+/// Ids in all live listeners' duplicate filters, and the entries their maps have room for
+/// (a map's table never shrinks): `/metrics` reports both, so a soak can tell these filters'
+/// sawtooth from growth elsewhere.
+static SEEN_IDS: AtomicUsize = AtomicUsize::new(0);
+static SEEN_ROOM: AtomicUsize = AtomicUsize::new(0);
+
+/// What the duplicate filters of this process's listeners hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DedupUsage {
+    pub ids: u64,
+    pub room: u64,
+}
+
+/// The ids held by all listeners' duplicate filters and the room their maps have.
+pub fn dedup_usage() -> DedupUsage {
+    DedupUsage { ids: SEEN_IDS.load(Ordering::Relaxed) as u64, room: SEEN_ROOM.load(Ordering::Relaxed) as u64 }
+}
+
+/// Move `counter` from `old` to `new`.
+fn recount(counter: &AtomicUsize, old: usize, new: usize) {
+    if new >= old {
+        counter.fetch_add(new - old, Ordering::Relaxed);
+    } else {
+        counter.fetch_sub(old - new, Ordering::Relaxed);
+    }
 }
 
 impl Seen {
@@ -290,6 +320,51 @@ impl Seen {
                 self.rev_by_id.retain(|_, r| *r > floor);
             }
         }
+        self.count((self.rev_by_id.len(), self.rev_by_id.capacity()));
         true
+    }
+
+    fn count(&mut self, now: (usize, usize)) {
+        recount(&SEEN_IDS, self.counted.0, now.0);
+        recount(&SEEN_ROOM, self.counted.1, now.1);
+        self.counted = now;
+    }
+}
+
+impl Drop for Seen {
+    fn drop(&mut self) {
+        self.count((0, 0));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_duplicate_filters_are_counted_while_they_live() {
+        // The only test of this binary that makes filters, so the counts are its own.
+        assert_eq!(dedup_usage(), DedupUsage { ids: 0, room: 0 });
+        let mut first = Seen::default();
+        let mut second = Seen::default();
+        assert!(first.admit(&MessageId::from("msg_a"), 1));
+        assert!(!first.admit(&MessageId::from("msg_a"), 1), "the same state twice");
+        assert!(second.admit(&MessageId::from("msg_a"), 1));
+        assert_eq!(dedup_usage().ids, 2);
+        assert!(dedup_usage().room >= 2);
+
+        // Past twice the window, the filter keeps the last window's revisions only.
+        let total = 2 * DEDUP_WINDOW + 1;
+        for rev in 2..=total {
+            first.admit(&MessageId::from(format!("msg_{rev}")), rev);
+        }
+        let kept = DEDUP_WINDOW as u64;
+        assert_eq!(dedup_usage().ids, kept + 1, "first keeps revisions above {}", total - DEDUP_WINDOW);
+        assert!(dedup_usage().room >= 2 * DEDUP_WINDOW as u64, "a map's table does not shrink");
+
+        drop(first);
+        assert_eq!(dedup_usage().ids, 1);
+        drop(second);
+        assert_eq!(dedup_usage(), DedupUsage { ids: 0, room: 0 });
     }
 }

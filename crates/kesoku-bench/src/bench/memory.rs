@@ -101,6 +101,10 @@ pub struct Reported {
     heap: u64,
     sqlite: u64,
     history_cache: u64,
+    /// Ids in the listeners' duplicate filters and the room of their maps (0 from a service
+    /// older than these gauges).
+    dedup_ids: u64,
+    dedup_room: u64,
 }
 
 async fn reported_memory(http: &reqwest::Client, base: &str) -> anyhow::Result<Reported> {
@@ -114,6 +118,8 @@ async fn reported_memory(http: &reqwest::Client, base: &str) -> anyhow::Result<R
         heap: gauge("kesoku_heap_live_bytes")?,
         sqlite: gauge("kesoku_sqlite_memory_bytes")?,
         history_cache: gauge("kesoku_history_cache_bytes")?,
+        dedup_ids: gauge("kesoku_listener_dedup_ids").unwrap_or(0),
+        dedup_room: gauge("kesoku_listener_dedup_room").unwrap_or(0),
     })
 }
 
@@ -336,7 +342,10 @@ async fn soak(
         Some(path) => {
             let mut file = std::fs::File::create(path)
                 .with_context(|| format!("creating the soak samples file {}", path.display()))?;
-            writeln!(file, "minutes,rss_bytes,anon_bytes,heap_live_bytes,sqlite_bytes,history_cache_bytes,rest_bytes")?;
+            writeln!(
+                file,
+                "minutes,rss_bytes,anon_bytes,heap_live_bytes,sqlite_bytes,history_cache_bytes,rest_bytes,dedup_ids,dedup_room"
+            )?;
             Some(file)
         }
         None => None,
@@ -375,8 +384,14 @@ async fn soak(
                 if let Some(file) = csv.as_mut() {
                     writeln!(
                         file,
-                        "{minutes:.3},{},{},{},{},{},{rest_bytes}",
-                        memory.rss, memory.anon, parts.heap, parts.sqlite, parts.history_cache
+                        "{minutes:.3},{},{},{},{},{},{rest_bytes},{},{}",
+                        memory.rss,
+                        memory.anon,
+                        parts.heap,
+                        parts.sqlite,
+                        parts.history_cache,
+                        parts.dedup_ids,
+                        parts.dedup_room
                     )
                     .context("writing a soak sample")?;
                 }

@@ -137,6 +137,19 @@ fn write_memory(text: &mut String, heap_live: Option<u64>) {
         store.history_cache_bytes,
     );
     gauge(text, "kesoku_history_cache_sessions", "Long sessions whose history is kept.", store.history_cache_sessions);
+    let dedup = kesoku_gateway::dedup_usage();
+    gauge(
+        text,
+        "kesoku_listener_dedup_ids",
+        "Message ids held by the listeners' duplicate filters (each keeps up to 40,000).",
+        dedup.ids,
+    );
+    gauge(
+        text,
+        "kesoku_listener_dedup_room",
+        "Entries the listeners' duplicate-filter maps have room for (their tables never shrink).",
+        dedup.room,
+    );
 }
 
 /// `(VmRSS, RssAnon)` of this process in bytes, from `/proc/self/status` (Linux only).
