@@ -297,11 +297,12 @@ pub fn dedup_usage() -> DedupUsage {
     DedupUsage { ids: SEEN_IDS.load(Ordering::Relaxed) as u64, room: SEEN_ROOM.load(Ordering::Relaxed) as u64 }
 }
 
-/// Move `counter` from `old` to `new`.
+/// Move `counter` from `old` to `new` (no shared write when nothing changed: a map's room
+/// changes only when its table grows, and an id seen again keeps the length).
 fn recount(counter: &AtomicUsize, old: usize, new: usize) {
-    if new >= old {
+    if new > old {
         counter.fetch_add(new - old, Ordering::Relaxed);
-    } else {
+    } else if new < old {
         counter.fetch_sub(old - new, Ordering::Relaxed);
     }
 }
