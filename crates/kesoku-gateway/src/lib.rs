@@ -271,10 +271,17 @@ async fn read_store(
 }
 
 /// Which (message, revision) a listener already yielded, within a bounded window of revisions.
+///
+/// Ids older than the window are dropped every half window of revisions, so a filter holds the
+/// ids of at most one and a half windows (30,000 revisions): a listener that matches one
+/// message in five (the agent's intake, the API's deliveries) keeps about 6,000 ids, steadily,
+/// instead of filling up to a count of ids and then dropping most of them.
 #[derive(Default)]
 struct Seen {
     rev_by_id: HashMap<MessageId, i64>,
     newest: i64,
+    /// The newest revision when ids were last dropped.
+    pruned_at: i64,
     /// `(len, capacity)` of `rev_by_id` as last added to [`SEEN_IDS`] and [`SEEN_ROOM`].
     counted: (usize, usize),
 }
@@ -316,8 +323,9 @@ impl Seen {
         self.rev_by_id.insert(id.clone(), rev);
         if rev > self.newest {
             self.newest = rev;
-            if self.rev_by_id.len() > 2 * DEDUP_WINDOW as usize {
-                let floor = self.newest - DEDUP_WINDOW;
+            if rev - self.pruned_at >= DEDUP_WINDOW / 2 {
+                self.pruned_at = rev;
+                let floor = rev - DEDUP_WINDOW;
                 self.rev_by_id.retain(|_, r| *r > floor);
             }
         }
@@ -354,18 +362,47 @@ mod tests {
         assert_eq!(dedup_usage().ids, 2);
         assert!(dedup_usage().room >= 2);
 
-        // Past twice the window, the filter keeps the last window's revisions only.
-        let total = 2 * DEDUP_WINDOW + 1;
+        // A long run of new ids, one revision each: the filter never holds more than one and
+        // a half windows of them, and still knows every id of the last window.
+        let total = 3 * DEDUP_WINDOW;
+        let bound = (DEDUP_WINDOW + DEDUP_WINDOW / 2) as u64;
         for rev in 2..=total {
-            first.admit(&MessageId::from(format!("msg_{rev}")), rev);
+            assert!(first.admit(&MessageId::from(format!("msg_{rev}")), rev));
+            assert!(dedup_usage().ids <= bound + 1, "at revision {rev}: {} ids", dedup_usage().ids);
         }
-        let kept = DEDUP_WINDOW as u64;
-        assert_eq!(dedup_usage().ids, kept + 1, "first keeps revisions above {}", total - DEDUP_WINDOW);
-        assert!(dedup_usage().room >= 2 * DEDUP_WINDOW as u64, "a map's table does not shrink");
+        for rev in total - DEDUP_WINDOW + 1..=total {
+            assert!(!first.admit(&MessageId::from(format!("msg_{rev}")), rev), "revision {rev} is in the window");
+        }
+        assert!(first.rev_by_id.len() as i64 >= DEDUP_WINDOW);
+        assert!(
+            first.admit(&MessageId::from("msg_2"), 2),
+            "an id far behind the window is forgotten (a catch-up never reads that far back)"
+        );
+        let room = dedup_usage().room;
+        assert!(room >= bound && room <= 4 * bound, "the table fits what it holds: room {room}");
 
         drop(first);
         assert_eq!(dedup_usage().ids, 1);
         drop(second);
         assert_eq!(dedup_usage(), DedupUsage { ids: 0, room: 0 });
+
+        // A listener matching one message in five, as the soak's are, for 330,000 messages
+        // (110 minutes at 50 turns/s): its table reaches its size early and keeps it. (Dropping
+        // ids leaves tombstones; a table whose count is above half its room when they run out
+        // doubles instead of rehashing in place, which is how the former filter, cut at 40,000
+        // ids, doubled again after 109 minutes.)
+        let mut sparse = Seen::default();
+        let mut room_at_half = 0;
+        for turn in 0..330_000_i64 {
+            sparse.admit(&MessageId::from(format!("msg_{turn:026}")), 5 * turn + 1);
+            if turn == 165_000 {
+                room_at_half = sparse.rev_by_id.capacity();
+            }
+        }
+        let held = (DEDUP_WINDOW + DEDUP_WINDOW / 2) as usize / 5;
+        assert!(sparse.rev_by_id.len() <= held + 1, "{} ids held", sparse.rev_by_id.len());
+        let room = sparse.rev_by_id.capacity();
+        assert!(room <= 4 * held, "room for {room} ids, for at most {held} held");
+        assert!(room <= room_at_half + room_at_half / 4, "room grew from {room_at_half} to {room} in the second half");
     }
 }

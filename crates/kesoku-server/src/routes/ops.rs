@@ -141,7 +141,7 @@ fn write_memory(text: &mut String, heap_live: Option<u64>) {
     gauge(
         text,
         "kesoku_listener_dedup_ids",
-        "Message ids held by the listeners' duplicate filters (each keeps up to 40,000).",
+        "Message ids held by the listeners' duplicate filters (each, those of its last 20,000 to 30,000 revisions).",
         dedup.ids,
     );
     gauge(
