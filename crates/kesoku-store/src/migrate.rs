@@ -44,6 +44,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         description: "open work index",
         sql: include_str!("../migrations/sqlite/0004_open_work_index.sql"),
     },
+    Migration {
+        version: 5,
+        description: "phased order index (postgresql)",
+        sql: include_str!("../migrations/sqlite/0005_phased_index.sql"),
+    },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -67,10 +72,15 @@ pub(crate) const POSTGRES: &[Migration] = &[
         description: "open work index",
         sql: include_str!("../migrations/postgres/0004_open_work_index.sql"),
     },
+    Migration {
+        version: 5,
+        description: "phased order index (postgresql)",
+        sql: include_str!("../migrations/postgres/0005_phased_index.sql"),
+    },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -41,8 +41,8 @@ use crate::decode::{self, BackendRow, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
 use crate::sql::{
-    Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, MESSAGE_COLUMNS_M, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S,
-    list_query, orphaned_calls_query,
+    Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
+    orphaned_calls_query,
 };
 use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
 
@@ -578,10 +578,10 @@ impl Store for PgStore {
     }
 
     async fn session_history(&self, session_id: &SessionId) -> StoreResult<Vec<Message>> {
+        // `messages_phased` is in this order (schema version 5): no join, no sort.
         let query = Query::with_args(
             &format!(
-                "SELECT {MESSAGE_COLUMNS_M} FROM messages m LEFT JOIN messages r ON r.id = m.turn_id \
-                 WHERE m.session_id = $1 ORDER BY COALESCE(r.seq, m.seq), m.step, m.phase, m.seq"
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE session_id = $1 ORDER BY turn_seq, step, phase, seq"
             ),
             vec![Arg::Text(session_id.as_str().to_owned())],
         );

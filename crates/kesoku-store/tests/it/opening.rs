@@ -1,11 +1,11 @@
 //! Opening stores: by URL, migrating older schemas, and refusing what is not ours without
 //! changing it.
 
-use kesoku_core::{LedgerEntry, MessageId, SessionId};
+use kesoku_core::{LedgerEntry, MessageId, MessageType, Role, SessionId, Status};
 use kesoku_store::{SCHEMA_VERSION, SqliteStore, StoreError};
 use kesoku_test_support::db::temp_sqlite_path;
 
-use crate::harness::{Place, prompt, t0};
+use crate::harness::{Place, message, prompt, t0};
 use crate::place_tests;
 
 place_tests!(
@@ -54,7 +54,7 @@ async fn a_newer_schema_is_refused(place: Place) {
     let text = error.to_string();
     assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
     assert!(text.contains("99") && text.contains("newer") && text.contains("upgrade kesoku"), "{text}");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "99"]);
+    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "99"]);
     assert_eq!(place.raw_strings("SELECT id FROM messages").await, ["msg_kept"]);
     place.cleanup().await;
 }
@@ -66,7 +66,7 @@ async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
     } else {
         (
             include_str!("../../migrations/postgres/0001_messages_sessions.sql"),
-            "SELECT setval('kesoku_message_rev', 1);",
+            "SELECT setval('kesoku_message_rev', 3);",
         )
     };
     place.raw(v1).await;
@@ -78,7 +78,11 @@ async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
              status, metadata, step, created_at, updated_at, turn_id, phase, rev, created_rev) VALUES \
              ('msg_v1', 'sess_v1', NULL, 'cli', 'cli', 'User', 'user', 'text', 'written by v1', 'pending_agent', \
              '{{\"is_cronjob\": true}}', 0, '2026-05-01T00:00:00.000000Z', '2026-05-01T00:00:00.000000Z', \
-             'msg_v1', 0, 1, 1); \
+             'msg_v1', 0, 1, 1), \
+             ('msg_v1_next', 'sess_v1', NULL, 'cli', 'cli', 'User', 'user', 'text', 'a later turn', 'processed', \
+             '{{}}', 0, '2026-05-01T00:00:01.000000Z', '2026-05-01T00:00:01.000000Z', 'msg_v1_next', 0, 2, 2), \
+             ('msg_v1_answer', 'sess_v1', 'msg_v1', 'cli', 'cli', 'Kesoku', 'assistant', 'text', 'answer', \
+             'processed', '{{}}', 1, '2026-05-01T00:00:02.000000Z', '2026-05-01T00:00:02.000000Z', 'msg_v1', 4, 3, 3); \
              INSERT INTO sessions (id, chatbot_id, channel_id, title, created_at, updated_at) VALUES \
              ('sess_v1', 'cli', 'cli', 'old', '2026-05-01T00:00:00.000000Z', '2026-05-01T00:00:00.000000Z'); \
              {extra}"
@@ -87,7 +91,7 @@ async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
     assert!(!place.tables().await.contains(&"activations".to_owned()));
 
     let opened = place.open().await.expect("an older schema is migrated");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4"]);
+    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5"]);
     assert!(place.tables().await.contains(&"activations".to_owned()));
     let store = opened.store();
     let kept = store.get_message(&MessageId::from("msg_v1")).await.expect("get").expect("kept");
@@ -98,7 +102,21 @@ async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
         Some("old".to_owned())
     );
     let event = store.insert_message(&prompt("msg_v2", "sess_v1")).await.expect("insert after migration");
-    assert!(event.rev > 1);
+    assert!(event.rev > 3);
+    // The old rows keep their phased order (a late answer of the first turn before the second
+    // turn), and new rows join it: an answer to the second old turn lands after it.
+    let mut late =
+        message("msg_v2_answer", "sess_v1", Some("msg_v1_next"), Role::Assistant, MessageType::Text, Status::Processed);
+    late.step = 1;
+    store.insert_message(&late).await.expect("insert an answer after migration");
+    let order: Vec<String> = store
+        .session_history(&SessionId::from("sess_v1"))
+        .await
+        .expect("history")
+        .into_iter()
+        .map(|m| m.id.as_str().to_owned())
+        .collect();
+    assert_eq!(order, ["msg_v1", "msg_v1_answer", "msg_v1_next", "msg_v2_answer", "msg_v2"]);
     let entry = ledger_entry("act_v2");
     opened.ledger().record_enqueued(&entry).await.expect("the new ledger works");
     assert_eq!(opened.ledger().get_activation(&entry.id).await.expect("get"), Some(entry));
@@ -115,7 +133,7 @@ async fn reopening_a_current_store_changes_nothing(place: Place) {
     let tables = place.tables().await;
 
     let reopened = place.open().await.expect("reopen");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4"]);
+    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5"]);
     assert_eq!(place.tables().await, tables);
     assert_eq!(reopened.store().get_message(&event.message.id).await.expect("get"), Some(event.message));
     assert!(reopened.store().active_session("cli", "cli").await.expect("active").is_some());
