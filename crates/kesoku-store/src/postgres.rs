@@ -319,7 +319,7 @@ impl PgStore {
 
     async fn messages(&self, query: Query) -> StoreResult<Vec<StoredMessage>> {
         let rows = bind(query).fetch_all(&self.pool).await?;
-        rows.iter().map(decode::message).collect()
+        decode_all(&rows, decode::message)
     }
 
     async fn recover_orphans_before(
@@ -384,6 +384,17 @@ pub(crate) fn redact(url: &str) -> String {
         },
         None => url.to_owned(),
     }
+}
+
+/// Every row decoded, into a vector sized up front: a `collect` into `Result<Vec<_>>` cannot see
+/// the count and grows by doubling, which for a 10,000-message history copied the messages
+/// over and over into fresh pages.
+fn decode_all<T>(rows: &[PgRow], decode: impl Fn(&PgRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
+    let mut decoded = Vec::with_capacity(rows.len());
+    for row in rows {
+        decoded.push(decode(row)?);
+    }
+    Ok(decoded)
 }
 
 /// The rev gate's keys as the first two arguments of a statement.
@@ -648,7 +659,7 @@ impl Store for PgStore {
         }
         query.push(" ORDER BY created_at DESC, id DESC").limit(filter.limit);
         let rows = bind(query).fetch_all(&self.pool).await?;
-        rows.iter().map(decode::session).collect()
+        decode_all(&rows, decode::session)
     }
 
     async fn set_session_title(&self, id: &SessionId, title: &str) -> StoreResult<()> {
@@ -838,7 +849,7 @@ impl Ledger for PgStore {
         }
         query.push(" ORDER BY enqueued_at DESC, id DESC").limit(filter.limit);
         let rows = bind(query).fetch_all(&self.pool).await?;
-        rows.iter().map(decode::ledger_entry).collect()
+        decode_all(&rows, decode::ledger_entry)
     }
 
     async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>> {
@@ -848,7 +859,7 @@ impl Ledger for PgStore {
         )))
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(decode::ledger_entry).collect()
+        decode_all(&rows, decode::ledger_entry)
     }
 }
 
