@@ -7,7 +7,7 @@
 //!
 //! The gateway holds no state of its own beyond its two handles; it is cheap to clone.
 
-use std::collections::HashMap;
+use std::hash::RandomState;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -276,36 +276,44 @@ async fn read_store(
 /// ids of at most one and a half windows (30,000 revisions): a listener that matches one
 /// message in five (the agent's intake, the API's deliveries) keeps about 6,000 ids, steadily,
 /// instead of filling up to a count of ids and then dropping most of them.
+///
+/// The map is hashbrown's (std's, with std's SipHash keys: ids may come from outside) for its
+/// `allocation_size`: the table's bytes, which `capacity` (entries left before a rehash, used
+/// up by the tombstones of dropped ids) does not tell.
 #[derive(Default)]
 struct Seen {
-    rev_by_id: HashMap<MessageId, i64>,
+    rev_by_id: hashbrown::HashMap<MessageId, i64, RandomState>,
     newest: i64,
     /// The newest revision when ids were last dropped.
     pruned_at: i64,
-    /// `(len, capacity)` of `rev_by_id` as last added to [`SEEN_IDS`] and [`SEEN_ROOM`].
+    /// `(len, table bytes)` of `rev_by_id` as last added to [`SEEN_IDS`] and [`SEEN_TABLE_BYTES`].
     counted: (usize, usize),
 }
 
-/// Ids in all live listeners' duplicate filters, and the entries their maps have room for
-/// (a map's table never shrinks): `/metrics` reports both, so a soak can tell these filters'
-/// sawtooth from growth elsewhere.
+/// Ids in all live listeners' duplicate filters, and the bytes of their maps' tables (the ids'
+/// own strings not included): `/metrics` reports both, so a soak can tell these filters from
+/// growth elsewhere.
 static SEEN_IDS: AtomicUsize = AtomicUsize::new(0);
-static SEEN_ROOM: AtomicUsize = AtomicUsize::new(0);
+static SEEN_TABLE_BYTES: AtomicUsize = AtomicUsize::new(0);
 
 /// What the duplicate filters of this process's listeners hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DedupUsage {
     pub ids: u64,
-    pub room: u64,
+    /// Bytes of the filters' hash tables (a table grows, and never shrinks).
+    pub table_bytes: u64,
 }
 
-/// The ids held by all listeners' duplicate filters and the room their maps have.
+/// The ids held by all listeners' duplicate filters and the size of their tables.
 pub fn dedup_usage() -> DedupUsage {
-    DedupUsage { ids: SEEN_IDS.load(Ordering::Relaxed) as u64, room: SEEN_ROOM.load(Ordering::Relaxed) as u64 }
+    DedupUsage {
+        ids: SEEN_IDS.load(Ordering::Relaxed) as u64,
+        table_bytes: SEEN_TABLE_BYTES.load(Ordering::Relaxed) as u64,
+    }
 }
 
-/// Move `counter` from `old` to `new` (no shared write when nothing changed: a map's room
-/// changes only when its table grows, and an id seen again keeps the length).
+/// Move `counter` from `old` to `new` (no shared write when nothing changed: a table's size
+/// changes only when it grows, and an id seen again keeps the length).
 fn recount(counter: &AtomicUsize, old: usize, new: usize) {
     if new > old {
         counter.fetch_add(new - old, Ordering::Relaxed);
@@ -329,13 +337,13 @@ impl Seen {
                 self.rev_by_id.retain(|_, r| *r > floor);
             }
         }
-        self.count((self.rev_by_id.len(), self.rev_by_id.capacity()));
+        self.count((self.rev_by_id.len(), self.rev_by_id.allocation_size()));
         true
     }
 
     fn count(&mut self, now: (usize, usize)) {
         recount(&SEEN_IDS, self.counted.0, now.0);
-        recount(&SEEN_ROOM, self.counted.1, now.1);
+        recount(&SEEN_TABLE_BYTES, self.counted.1, now.1);
         self.counted = now;
     }
 }
@@ -353,14 +361,15 @@ mod tests {
     #[test]
     fn the_duplicate_filters_are_counted_while_they_live() {
         // The only test of this binary that makes filters, so the counts are its own.
-        assert_eq!(dedup_usage(), DedupUsage { ids: 0, room: 0 });
+        assert_eq!(dedup_usage(), DedupUsage { ids: 0, table_bytes: 0 });
         let mut first = Seen::default();
         let mut second = Seen::default();
         assert!(first.admit(&MessageId::from("msg_a"), 1));
         assert!(!first.admit(&MessageId::from("msg_a"), 1), "the same state twice");
         assert!(second.admit(&MessageId::from("msg_a"), 1));
         assert_eq!(dedup_usage().ids, 2);
-        assert!(dedup_usage().room >= 2);
+        let per_entry = std::mem::size_of::<(MessageId, i64)>() as u64 + 1; // an entry and its control byte
+        assert!(dedup_usage().table_bytes >= 2 * per_entry);
 
         // A long run of new ids, one revision each: the filter never holds more than one and
         // a half windows of them, and still knows every id of the last window.
@@ -378,31 +387,34 @@ mod tests {
             first.admit(&MessageId::from("msg_2"), 2),
             "an id far behind the window is forgotten (a catch-up never reads that far back)"
         );
-        let room = dedup_usage().room;
-        assert!(room >= bound && room <= 4 * bound, "the table fits what it holds: room {room}");
+        let bytes = dedup_usage().table_bytes;
+        assert!(
+            bytes >= bound * per_entry && bytes <= 4 * bound * per_entry,
+            "the table fits what it holds: {bytes} bytes for at most {bound} ids"
+        );
 
         drop(first);
         assert_eq!(dedup_usage().ids, 1);
         drop(second);
-        assert_eq!(dedup_usage(), DedupUsage { ids: 0, room: 0 });
+        assert_eq!(dedup_usage(), DedupUsage { ids: 0, table_bytes: 0 });
 
         // A listener matching one message in five, as the soak's are, for 330,000 messages
         // (110 minutes at 50 turns/s): its table reaches its size early and keeps it. (Dropping
-        // ids leaves tombstones; a table whose count is above half its room when they run out
+        // ids leaves tombstones; a table whose count is above half its capacity when they run out
         // doubles instead of rehashing in place, which is how the former filter, cut at 40,000
         // ids, doubled again after 109 minutes.)
         let mut sparse = Seen::default();
-        let mut room_at_half = 0;
+        let mut bytes_at_half = 0;
         for turn in 0..330_000_i64 {
             sparse.admit(&MessageId::from(format!("msg_{turn:026}")), 5 * turn + 1);
             if turn == 165_000 {
-                room_at_half = sparse.rev_by_id.capacity();
+                bytes_at_half = sparse.rev_by_id.allocation_size();
             }
         }
         let held = (DEDUP_WINDOW + DEDUP_WINDOW / 2) as usize / 5;
         assert!(sparse.rev_by_id.len() <= held + 1, "{} ids held", sparse.rev_by_id.len());
-        let room = sparse.rev_by_id.capacity();
-        assert!(room <= 4 * held, "room for {room} ids, for at most {held} held");
-        assert!(room <= room_at_half + room_at_half / 4, "room grew from {room_at_half} to {room} in the second half");
+        let bytes = sparse.rev_by_id.allocation_size();
+        assert!(bytes as u64 <= 4 * held as u64 * per_entry, "{bytes} bytes of table for at most {held} ids");
+        assert_eq!(bytes, bytes_at_half, "the table grew in the second half");
     }
 }

@@ -104,7 +104,7 @@ pub struct Reported {
     /// Ids in the listeners' duplicate filters and the room of their maps (0 from a service
     /// older than these gauges).
     dedup_ids: u64,
-    dedup_room: u64,
+    dedup_table_bytes: u64,
 }
 
 async fn reported_memory(http: &reqwest::Client, base: &str) -> anyhow::Result<Reported> {
@@ -119,7 +119,7 @@ async fn reported_memory(http: &reqwest::Client, base: &str) -> anyhow::Result<R
         sqlite: gauge("kesoku_sqlite_memory_bytes")?,
         history_cache: gauge("kesoku_history_cache_bytes")?,
         dedup_ids: gauge("kesoku_listener_dedup_ids").unwrap_or(0),
-        dedup_room: gauge("kesoku_listener_dedup_room").unwrap_or(0),
+        dedup_table_bytes: gauge("kesoku_listener_dedup_table_bytes").unwrap_or(0),
     })
 }
 
@@ -344,7 +344,7 @@ async fn soak(
                 .with_context(|| format!("creating the soak samples file {}", path.display()))?;
             writeln!(
                 file,
-                "minutes,rss_bytes,anon_bytes,heap_live_bytes,sqlite_bytes,history_cache_bytes,rest_bytes,dedup_ids,dedup_room"
+                "minutes,rss_bytes,anon_bytes,heap_live_bytes,sqlite_bytes,history_cache_bytes,rest_bytes,dedup_ids,dedup_table_bytes"
             )?;
             Some(file)
         }
@@ -391,7 +391,7 @@ async fn soak(
                         parts.sqlite,
                         parts.history_cache,
                         parts.dedup_ids,
-                        parts.dedup_room
+                        parts.dedup_table_bytes
                     )
                     .context("writing a soak sample")?;
                 }

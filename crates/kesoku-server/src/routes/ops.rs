@@ -146,9 +146,9 @@ fn write_memory(text: &mut String, heap_live: Option<u64>) {
     );
     gauge(
         text,
-        "kesoku_listener_dedup_room",
-        "Entries the listeners' duplicate-filter maps have room for (their tables never shrink).",
-        dedup.room,
+        "kesoku_listener_dedup_table_bytes",
+        "Bytes of the listeners' duplicate-filter hash tables (a table grows and never shrinks).",
+        dedup.table_bytes,
     );
 }
 

@@ -164,8 +164,13 @@ async fn metrics_report_the_memory_of_the_process_and_its_pools() {
     assert!(value("kesoku_sqlite_memory_bytes").is_some_and(|bytes| bytes > 0), "{}", reply.text);
     assert!(value("kesoku_history_cache_bytes").is_some(), "{}", reply.text);
     assert!(value("kesoku_history_cache_sessions").is_some(), "{}", reply.text);
-    let (ids, room) = (value("kesoku_listener_dedup_ids"), value("kesoku_listener_dedup_room"));
-    assert!(ids.zip(room).is_some_and(|(ids, room)| ids <= room), "ids {ids:?}, room {room:?}:\n{}", reply.text);
+    let (ids, table) = (value("kesoku_listener_dedup_ids"), value("kesoku_listener_dedup_table_bytes"));
+    // Each id has at least its 32-byte entry in a table.
+    assert!(
+        ids.zip(table).is_some_and(|(ids, table)| ids * 32 <= table),
+        "ids {ids:?}, table bytes {table:?}:\n{}",
+        reply.text
+    );
     if cfg!(target_os = "linux") {
         let resident = value("process_resident_memory_bytes").unwrap_or(0);
         let anon = value("kesoku_resident_anon_bytes").unwrap_or(u64::MAX);
