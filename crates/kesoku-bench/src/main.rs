@@ -33,7 +33,7 @@ struct Args {
     #[arg(long)]
     soak_minutes: Option<f64>,
     /// Also write the memory soak's samples (every 5 s: RSS, anonymous, live heap, SQLite,
-    /// history cache, rest, the listeners' duplicate-filter ids and room) to this CSV file as
+    /// history cache, rest, the listeners' duplicate-filter ids and table bytes) to this CSV file as
     /// they are taken.
     #[arg(long, value_name = "FILE")]
     soak_samples: Option<std::path::PathBuf>,

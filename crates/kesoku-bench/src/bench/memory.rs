@@ -101,7 +101,7 @@ pub struct Reported {
     heap: u64,
     sqlite: u64,
     history_cache: u64,
-    /// Ids in the listeners' duplicate filters and the room of their maps (0 from a service
+    /// Ids in the listeners' duplicate filters and the bytes of their tables (0 from a service
     /// older than these gauges).
     dedup_ids: u64,
     dedup_table_bytes: u64,
