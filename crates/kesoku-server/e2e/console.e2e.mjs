@@ -1,10 +1,11 @@
 // Browser end-to-end test of the web console, in headless Chromium (Debian's `chromium`) driven
-// by playwright-core. Run it through run.sh, which starts the demo server (fake agent runtime).
+// by playwright-core. Run it through run.sh, which starts the real `kesoku start` with a mock
+// model (kesoku-mock-model's `console` scenario: what each question below gets is written there).
 //
 // It logs in with the token, sends a message from the sessions view, and watches the trajectory
 // grow live in the session view: the thought, the tool call (⏳ then ✅), the answer with its
-// metrics; then a failing tool (❌), the stop button, the sessions list's live status, and the
-// activations view. With SCREENSHOT_DIR set, it saves the three views as PNG.
+// metrics; then a failing tool (❌), the stop button, a model that refuses, the sessions list's
+// live status, and the activations view. With SCREENSHOT_DIR set, it saves the three views as PNG.
 //
 // Environment: BASE_URL (required), KESOKU_TOKEN (required), SCREENSHOT_DIR (optional),
 // CHROMIUM (default /usr/bin/chromium).
@@ -83,7 +84,8 @@ try {
   await page.click('#composer-send');
   await page.waitForSelector('#trajectory details.tool:has(.icon:text-is("❌"))');
   await page.click('#trajectory details.tool:has(.icon:text-is("❌")) summary');
-  await page.waitForSelector('#trajectory .tool-error:has-text("HTTP 503")');
+  await page.waitForSelector('#trajectory .tool-error:has-text("exit code 3")');
+  await page.waitForSelector('#trajectory .tool-result:has-text("HTTP 503")');
   await page.waitForSelector('#trajectory .msg.assistant .text:has-text("The search tool failed")');
   step('a failed tool call shows ❌ and its error');
 
@@ -106,7 +108,7 @@ try {
   step('stop interrupted the running turn');
 
   // 6. "Why stuck?" explains the state.
-  // The fake runtime lets go of the turn a moment after the message is interrupted: ask again until idle.
+  // The service lets go of the turn a moment after the message is interrupted: ask again until idle.
   let idle = false;
   for (let attempt = 0; attempt < 10 && !idle; attempt++) {
     await page.click('#btn-state');
@@ -116,6 +118,13 @@ try {
   }
   if (!idle) throw new Error('the state panel never said idle: ' + await page.textContent('#session-info'));
   step('the state panel explains the session');
+
+  // 6b. A model that refuses the request: the message ends in error, with a notification.
+  await page.fill('#composer-text', 'Please break the model');
+  await page.click('#composer-send');
+  await page.waitForSelector('#trajectory .msg.user .badge.error');
+  await page.waitForSelector('#trajectory .msg:has-text("An error occurred")');
+  step('a model error marks the message error and says so');
 
   // 7. Another session, then the sessions list with live status.
   await page.goto(base + '/#/sessions');

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use kesoku_llm::{Attachment, AttachmentSource, FinishReason, LlmErrorKind, Part, Request, Secret, Turn};
 use kesoku_test_support::mock_llm::{
-    Behaviour, MOCK_API_KEY, MockAnswer, MockFinish, MockReply, MockServer, RawEvent, Vendor, openai,
+    Behaviour, MOCK_API_KEY, MockAnswer, MockFinish, MockOptions, MockPart, MockReply, MockRule, MockServer, RawEvent,
+    Vendor, openai,
 };
 use serde_json::{Value, json};
 
@@ -251,4 +252,84 @@ async fn file_attachments_are_read_when_the_request_is_sent() {
     assert_eq!(error.kind(), LlmErrorKind::Attachment);
     assert!(error.to_string().contains("scan.pdf"), "{error}");
     assert_eq!(server.requests().len(), 1, "nothing sent for the broken request");
+}
+
+#[tokio::test]
+async fn rules_answer_each_turn_by_what_its_user_said_and_how_far_it_got() {
+    let rules = vec![
+        MockRule::new(
+            "weather",
+            vec![
+                MockReply::Answer(MockAnswer::parts(vec![MockPart::tool_call("", "search", json!({ "q": "tokyo" }))])),
+                MockReply::text("sunny"),
+            ],
+        ),
+        MockRule::new("disk", vec![MockReply::text("plenty of room")]),
+    ];
+    let options = MockOptions { behaviour: Behaviour::Rules(rules), ..MockOptions::script(vec![]) };
+    let server = MockServer::start_with(Vendor::Gemini, options).await;
+    let path = "/v1beta/models/gemini-2.5-flash:generateContent";
+    let headers = [("x-goog-api-key", MOCK_API_KEY)];
+    let text_of = |answer: &Value| answer["candidates"][0]["content"]["parts"][0].clone();
+
+    // The disk question comes after a finished weather turn: the latest user text decides.
+    let (status, answer) = post(
+        &server,
+        path,
+        &headers,
+        json!({ "contents": [
+        { "role": "user", "parts": [ { "text": "weather in Tokyo?" } ] },
+        { "role": "model", "parts": [ { "text": "sunny" } ] },
+        { "role": "user", "parts": [ { "text": "how is the disk?" } ] }
+    ] }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(text_of(&answer)["text"], "plenty of room");
+
+    // Consecutive user messages merged into one turn: what the user said last decides.
+    let (_, answer) = post(
+        &server,
+        path,
+        &headers,
+        json!({ "contents": [
+        { "role": "user", "parts": [ { "text": "how is the disk?" }, { "text": "no, the weather!" } ] }
+    ] }),
+    )
+    .await;
+    assert_eq!(text_of(&answer)["functionCall"]["name"], "search");
+
+    // A weather turn: the tool call first, then (the function response is not user text) the answer.
+    let (_, answer) = post(
+        &server,
+        path,
+        &headers,
+        json!({ "contents": [ { "role": "user", "parts": [ { "text": "weather?" } ] } ] }),
+    )
+    .await;
+    assert_eq!(text_of(&answer)["functionCall"]["name"], "search");
+    let (_, answer) = post(
+        &server,
+        path,
+        &headers,
+        json!({ "contents": [
+        { "role": "user", "parts": [ { "text": "weather?" } ] },
+        { "role": "model", "parts": [ { "functionCall": { "name": "search", "args": { "q": "tokyo" } } } ] },
+        { "role": "user", "parts": [ { "functionResponse": { "name": "search", "response": { "output": "18 C" } } } ] }
+    ] }),
+    )
+    .await;
+    assert_eq!(text_of(&answer)["text"], "sunny");
+    assert!(server.violations().is_empty(), "{:?}", server.violations());
+
+    // Nothing matches: a 500 and a violation that says what was asked.
+    let (status, _) =
+        post(&server, path, &headers, json!({ "contents": [ { "role": "user", "parts": [ { "text": "hello" } ] } ] }))
+            .await;
+    assert_eq!(status, 500);
+    assert!(
+        server.violations().join("\n").contains("no rule matches the user text `hello`"),
+        "{:?}",
+        server.violations()
+    );
 }

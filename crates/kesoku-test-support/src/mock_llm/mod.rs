@@ -195,6 +195,82 @@ pub enum Behaviour {
     FixedText(String),
     /// Every request gets this text after `first_byte`, chunks `between_chunks` apart.
     Latency { text: String, first_byte: Duration, between_chunks: Duration },
+    /// A reply chosen by what the conversation says (a long-running server that many turns of
+    /// many sessions share, as in the console's browser test): the rule whose
+    /// [`MockRule::when_user_says`] ends last in the latest user text answers (the first such
+    /// rule on a tie; an empty text matches at the start), with its reply for the
+    /// number of model turns since that text (0: the user just spoke; 1: after the first tool
+    /// results; …). No rule, or a rule out of replies: a 500 and a violation.
+    Rules(Vec<MockRule>),
+}
+
+/// One rule of [`Behaviour::Rules`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct MockRule {
+    /// Text the latest user message must contain (an empty text matches every conversation).
+    pub when_user_says: String,
+    /// The reply to each request of the turn, in order.
+    pub replies: Vec<MockReply>,
+}
+
+impl MockRule {
+    pub fn new(when_user_says: impl Into<String>, replies: Vec<MockReply>) -> Self {
+        MockRule { when_user_says: when_user_says.into(), replies }
+    }
+}
+
+/// Where a conversation stands, read from a request body in any vendor's format: the latest
+/// text a user wrote (tool results, which Gemini and Anthropic send in user turns, are not
+/// text a user wrote) and how many model turns came after it.
+fn conversation_position(vendor: Vendor, body: &Value) -> Option<(String, usize)> {
+    let (turns, model_role) = match vendor {
+        Vendor::Gemini => (body["contents"].as_array()?, "model"),
+        Vendor::OpenAi | Vendor::Anthropic => (body["messages"].as_array()?, "assistant"),
+    };
+    let user_text = |turn: &Value| -> Option<String> {
+        if turn["role"].as_str() != Some("user") {
+            return None;
+        }
+        let parts = match vendor {
+            Vendor::Gemini => &turn["parts"],
+            Vendor::OpenAi | Vendor::Anthropic => &turn["content"],
+        };
+        if let Some(text) = parts.as_str() {
+            return Some(text.to_owned());
+        }
+        let texts: Vec<&str> = parts
+            .as_array()?
+            .iter()
+            .filter(|part| part.get("type").is_none_or(|kind| kind == "text"))
+            .filter_map(|part| part["text"].as_str())
+            .collect();
+        (!texts.is_empty()).then(|| texts.join("\n"))
+    };
+    let (index, text) = turns.iter().enumerate().rev().find_map(|(index, turn)| Some((index, user_text(turn)?)))?;
+    let model_turns = turns[index + 1..].iter().filter(|turn| turn["role"].as_str() == Some(model_role)).count();
+    Some((text, model_turns))
+}
+
+/// The reply [`Behaviour::Rules`] gives to `body`, or why none.
+fn rule_reply(rules: &[MockRule], vendor: Vendor, body: &Value) -> Result<MockReply, String> {
+    let (text, model_turns) =
+        conversation_position(vendor, body).ok_or_else(|| "no user text in the conversation".to_owned())?;
+    // Clients merge consecutive user messages into one turn (a stopped question followed by a
+    // new one), so the rule whose text comes last in the user's turn is what the user said last.
+    let rule = rules
+        .iter()
+        .filter_map(|rule| match rule.when_user_says.as_str() {
+            "" => Some((0, rule)),
+            said => Some((text.rfind(said)? + said.len(), rule)),
+        })
+        .rev()
+        .max_by_key(|(end, _)| *end)
+        .map(|(_, rule)| rule)
+        .ok_or_else(|| format!("no rule matches the user text `{text}`"))?;
+    rule.replies
+        .get(model_turns)
+        .cloned()
+        .ok_or_else(|| format!("the rule for `{}` has no reply after {model_turns} model turns", rule.when_user_says))
 }
 
 /// A request as the server received it.
@@ -347,7 +423,7 @@ impl MockServer {
 fn new_state(vendor: Vendor, options: MockOptions) -> State {
     let replies = match &options.behaviour {
         Behaviour::Script(replies) => replies.iter().cloned().collect(),
-        Behaviour::FixedText(_) | Behaviour::Latency { .. } => VecDeque::new(),
+        Behaviour::FixedText(_) | Behaviour::Latency { .. } | Behaviour::Rules(_) => VecDeque::new(),
     };
     State {
         vendor,
@@ -449,10 +525,18 @@ async fn handle(state: Arc<State>, method: Method, uri: Uri, headers: HeaderMap,
         Behaviour::Latency { text, first_byte, .. } => {
             MockReply::Delayed { delay: *first_byte, reply: Box::new(MockReply::text(text.clone())) }
         }
+        Behaviour::Rules(rules) => match rule_reply(rules, vendor, &recorded.body) {
+            Ok(reply) => reply,
+            Err(problem) => {
+                let message = format!("mock rules: {problem}");
+                lock(&state.violations).push(problem);
+                return error_response(vendor, 500, &message, None);
+            }
+        },
     };
     let chunk_delay = match &state.behaviour {
         Behaviour::Latency { between_chunks, .. } => *between_chunks,
-        Behaviour::Script(_) | Behaviour::FixedText(_) => state.chunk_delay,
+        Behaviour::Script(_) | Behaviour::FixedText(_) | Behaviour::Rules(_) => state.chunk_delay,
     };
     render(state, reply, &accepted, chunk_delay).await
 }
