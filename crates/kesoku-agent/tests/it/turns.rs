@@ -371,7 +371,7 @@ async fn a_cron_trigger_gets_a_trigger_context_entry_and_the_responsive_lane() {
         "1234567890123",
         "`Cronjob` at `2026-05-27 21:00:00 CST`:\nRun active diagnostics and output status summary.",
     );
-    cron.metadata.extra.insert("cron_job".into(), json!("diagnostics"));
+    cron.metadata.cron_job = Some("diagnostics".to_owned());
     h.gateway.post(&cron).await.expect("post");
     assert_eq!(h.wait_terminal(&cron.id).await, Status::Processed);
     let request = format!("{:?}", h.model.requests()[0].turns);
