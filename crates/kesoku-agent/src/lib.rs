@@ -14,11 +14,13 @@ pub mod compaction;
 pub mod config;
 pub mod context;
 pub mod entries;
+mod error;
 mod liveness;
 pub mod runtime;
 pub mod turn;
 
 pub use config::{AgentConfig, LaneLimits, Limits, QueueMode};
 pub use context::{ActivationContext, LimitKind};
-pub use runtime::{Agent, AgentDeps, AgentError, ModelSet, RecoveryReport, RunningTurn};
+pub use error::AgentError;
+pub use runtime::{Agent, AgentDeps, ModelSet, RecoveryReport, RunningTurn};
 pub use turn::{StopSignal, TurnEnd};

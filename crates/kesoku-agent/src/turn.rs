@@ -1,16 +1,15 @@
 //! The turn loop: model call → thoughts and tool calls posted → tools run concurrently →
 //! results posted → next model call … → final text.
 //!
-//! Every step is a message written through the gateway before anything else happens, so a
-//! crash at any point leaves a history the next run can continue from. Three exceptions gain a
-//! store round trip each and lose nothing in a crash: a step's last tool result is written
-//! beside the next model call (see [`Turn::call_model`]), read-only tools start while their
-//! calls are written (see [`Turn::post_step`]), and read-only tools that finish within
-//! [`EARLY_WAIT`] have their calls written with their results (see [`Turn::finish_early`]).
+//! One rule: every step is a message stored (through the gateway) before anything that depends
+//! on it happens. A tool starts only after its call is stored, and the next model call goes out
+//! only after every result of the step is stored. So a crash at any point leaves a history the
+//! next run continues from: a stored call without a result gets exactly one synthetic
+//! "restarted" result, and nothing the user or the model saw is missing from the store.
 //! The loop owns no status of the root message: it returns how the turn ended and the runtime
 //! resolves it.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -38,9 +37,6 @@ pub const EMPTY_FALLBACK_TEXT: &str =
     "I could not produce an answer this time. Please try again, or rephrase your request.";
 /// How long tools get to clean up (kill their processes) after a stop.
 const TOOL_CLEANUP_GRACE: Duration = Duration::from_secs(5);
-/// How long a step's read-only tools may delay the write of their calls, to be written with
-/// their results (see [`Turn::finish_early`]). Short enough that nobody watching the turn notices.
-const EARLY_WAIT: Duration = Duration::from_millis(20);
 
 /// A stop request with its reason; cheap to clone, first reason wins.
 #[derive(Clone, Default)]
@@ -125,11 +121,6 @@ pub struct Turn<'a> {
     pub steered: Vec<MessageId>,
     /// An earlier run of this turn (that died) already posted the final answer.
     answered_before: bool,
-    /// Messages in `history` already but not yet stored: the step's last tool result, or a
-    /// whole step of read-only tools that finished quickly (its calls and their results, see
-    /// [`Turn::finish_early`]). Written beside the next model call (see [`Turn::call_model`])
-    /// or before any other write of the turn.
-    deferred: Vec<Message>,
 }
 
 enum StepError {
@@ -158,7 +149,7 @@ impl<'a> Turn<'a> {
         let by_id: HashMap<&MessageId, &Message> = history.iter().map(|m| (&m.id, m)).collect();
         let mut step = 0;
         let mut open_calls = Vec::new();
-        let answered: std::collections::HashSet<&MessageId> = history
+        let answered: HashSet<&MessageId> = history
             .iter()
             .filter(|m| m.message_type == MessageType::ToolResult)
             .filter_map(|m| m.parent_id.as_ref())
@@ -199,25 +190,12 @@ impl<'a> Turn<'a> {
             last_input_tokens: 0,
             steered: Vec::new(),
             answered_before,
-            deferred: Vec::new(),
         }
     }
 
     /// Run to the end. Never panics on model or tool output; store failures end the turn as
     /// `Failed` (the runtime leaves the message for recovery when it cannot even record that).
     pub async fn run(&mut self) -> TurnEnd {
-        let end = self.run_steps().await;
-        // Every path that ends the turn writes through `post`, which writes the deferred
-        // messages first; this only guards a path that ends without writing anything.
-        if !self.deferred.is_empty()
-            && let Err(error) = self.post(Vec::new()).await
-        {
-            return store_failure(error);
-        }
-        end
-    }
-
-    async fn run_steps(&mut self) -> TurnEnd {
         if self.answered_before {
             // Resolve the root now instead of answering a second time.
             return TurnEnd::Answered { note: Some("answered before the service restarted".to_owned()) };
@@ -228,17 +206,6 @@ impl<'a> Turn<'a> {
         }
         let mut nudged = false;
         loop {
-            // Only the model call writes deferred messages beside itself; any other way on
-            // (stop, limit, steering) writes it first, in order.
-            let model_call_next = !self.stop.is_stopped()
-                && self.usage.model_calls < u64::from(self.context.limits.model_calls)
-                && self.deps.steer_as.is_none();
-            if !self.deferred.is_empty()
-                && !model_call_next
-                && let Err(error) = self.post(Vec::new()).await
-            {
-                return store_failure(error);
-            }
             if self.stop.is_stopped() {
                 return self.stopped().await;
             }
@@ -261,44 +228,22 @@ impl<'a> Turn<'a> {
             let calls: Vec<kesoku_llm::ToolCall> = response.tool_calls().into_iter().cloned().collect();
             let text = response.text_content();
             let messages = self.step_messages(&response, &calls, &text);
-            // Read-only tools start while their calls are written (see `Tool::read_only`).
-            let mut early = self.starts_early(&messages).then(|| {
-                let calls: Vec<Message> =
-                    messages.iter().filter(|m| m.message_type == MessageType::ToolCall).cloned().collect();
-                self.start_tools(&calls)
-            });
-            if let Some(running) = early.as_mut()
-                && self.finish_early(running).await
-            {
-                // The step and its results go to the store in one write, beside the next model call.
-                let results: Vec<Message> =
-                    running.finished.drain(..).map(|(call, output)| self.result_of(&call, output)).collect();
-                self.defer(messages);
-                self.defer(results);
-                continue;
-            }
-            if let Err(error) = self.post_step(messages, early.as_mut()).await {
+            if let Err(error) = self.post_step(messages).await {
                 return store_failure(error);
             }
             if !calls.is_empty() {
-                let running = match early {
-                    Some(running) => running,
-                    None => {
-                        // A message that arrived while the model answered joins now: the calls it
-                        // made before seeing it are skipped, and the model answers with it in view.
-                        match self.absorb_steering().await {
-                            Ok(true) => match self.skip_open_calls().await {
-                                Ok(()) => continue,
-                                Err(error) => return store_failure(error),
-                            },
-                            Ok(false) => {}
-                            Err(error) => return store_failure(error),
-                        }
-                        let calls: Vec<Message> =
-                            self.open_calls.iter().filter(|m| m.step == self.step).cloned().collect();
-                        self.start_tools(&calls)
-                    }
-                };
+                // A message that arrived while the model answered joins now: the calls it made
+                // before seeing it are skipped, and the model answers with it in view.
+                match self.absorb_steering().await {
+                    Ok(true) => match self.skip_open_calls().await {
+                        Ok(()) => continue,
+                        Err(error) => return store_failure(error),
+                    },
+                    Ok(false) => {}
+                    Err(error) => return store_failure(error),
+                }
+                let calls: Vec<Message> = self.open_calls.iter().filter(|m| m.step == self.step).cloned().collect();
+                let running = self.start_tools(&calls);
                 match self.run_tools(running).await {
                     Ok(()) => continue,
                     Err(StepError::Stopped) => return self.stopped().await,
@@ -380,34 +325,12 @@ impl<'a> Turn<'a> {
         let stop = self.stop.token().clone();
         let deadline = self.context.deadline();
         // Dropping `answer` drops the stream, which aborts the HTTP request.
-        let answered = async {
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => Err(StepError::Stopped),
-                _ = tokio::time::sleep_until(deadline) => Err(StepError::Limit(LimitKind::Runtime)),
-                result = answer => Ok(result),
-            }
+        let result = tokio::select! {
+            biased;
+            _ = stop.cancelled() => return Err(StepError::Stopped),
+            _ = tokio::time::sleep_until(deadline) => return Err(StepError::Limit(LimitKind::Runtime)),
+            result = answer => result,
         };
-        // What the last step left unwritten (its last tool result, or the whole step of quick
-        // read-only tools; in `request` already) is written while the model works: one store
-        // round trip off each tool step. The model's side is polled first: that hands the
-        // request to the HTTP connection's task, and the yield lets that task put it on the
-        // wire before the write takes this thread. The write is never cut short: a stop or a
-        // deadline ends only the model's side, so no stored call is left without its result.
-        // A crash before the write lands leaves the call open, and the next run gives it the
-        // "restarted" result, as for a crash during the tool (or, for a deferred step, nothing:
-        // the rerun asks the model again).
-        let deferred = std::mem::take(&mut self.deferred);
-        let gateway = self.deps.gateway;
-        let written = async move {
-            if !deferred.is_empty() {
-                tokio::task::yield_now().await;
-            }
-            write_after_deferred(gateway, deferred, Vec::new()).await
-        };
-        let (answered, written) = tokio::join!(answered, written);
-        self.replace_in_history(written?.0);
-        let result = answered?;
         if let Some(log) = self.deps.model_log {
             log(self.step, &request, result.as_ref());
         }
@@ -445,65 +368,13 @@ impl<'a> Turn<'a> {
         messages
     }
 
-    /// Whether this step's tools may start before their calls are written: every call is to a
-    /// read-only tool and all fit the turn's budget (no steering either, which may skip them).
-    /// A crash before the write lands then leaves nothing behind (see `Tool::read_only`).
-    fn starts_early(&self, messages: &[Message]) -> bool {
-        let budget = u64::from(self.context.limits.tool_calls).saturating_sub(self.usage.tool_calls);
-        let calls: Vec<&Message> = messages.iter().filter(|m| m.message_type == MessageType::ToolCall).collect();
-        let tools = self.deps.tools;
-        self.deps.steer_as.is_none()
-            && !calls.is_empty()
-            && calls.len() as u64 <= budget
-            && calls.iter().all(|call| {
-                call.metadata.tool_name.as_deref().and_then(|name| tools.get(name)).is_some_and(|tool| tool.read_only())
-            })
-    }
-
-    /// Give the read-only tools of a step up to [`EARLY_WAIT`] to finish before their calls are
-    /// written; whether all did. Then the calls are written with their results, in one
-    /// transaction instead of two, and a crash before that write loses only what a rerun of the
-    /// model call restores (read-only tools leave nothing behind). A stop or the turn's deadline
-    /// ends the wait at once: the calls are then written and [`Turn::run_tools`] sees why.
-    async fn finish_early(&self, running: &mut Running<'a>) -> bool {
-        let give_up = tokio::time::sleep_until(self.context.deadline().min(tokio::time::Instant::now() + EARLY_WAIT));
-        tokio::pin!(give_up);
-        let stop = self.stop.token();
-        while !running.running.is_empty() {
-            tokio::select! {
-                biased;
-                _ = stop.cancelled() => return false,
-                _ = &mut give_up => return false,
-                Some(done) = running.running.next() => running.finished.push_back(done),
-            }
-        }
-        true
-    }
-
-    /// Post the messages of one step (see [`Turn::step_messages`]) in one write. No tool runs
-    /// before that, except the `early` ones, which go on while the write does.
-    async fn post_step(&mut self, messages: Vec<Message>, early: Option<&mut Running<'a>>) -> Result<(), GatewayError> {
+    /// Post the messages of one step (see [`Turn::step_messages`]) in one write; its tool calls
+    /// are open until their results are posted.
+    async fn post_step(&mut self, messages: Vec<Message>) -> Result<(), GatewayError> {
         if messages.is_empty() {
             return Ok(());
         }
-        let posted = match early {
-            None => self.post(messages).await?,
-            Some(running) => {
-                let write = self.post(messages);
-                tokio::pin!(write);
-                loop {
-                    // The tools first: a write may finish within its first poll, on this thread.
-                    tokio::select! {
-                        biased;
-                        Some(done) = running.running.next(), if !running.running.is_empty() => {
-                            running.finished.push_back(done);
-                        }
-                        posted = &mut write => break posted?,
-                    }
-                }
-            }
-        };
-        for message in posted {
+        for message in self.post(messages).await? {
             if message.message_type == MessageType::ToolCall {
                 self.open_calls.push(message);
             }
@@ -511,27 +382,16 @@ impl<'a> Turn<'a> {
         Ok(())
     }
 
-    /// Write `messages` (after the deferred ones, if any wait) and add them to the history;
-    /// returns `messages` as stored.
+    /// Write `messages` in one transaction and add them to the history; returns them as stored.
     async fn post(&mut self, messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
-        let (deferred, stored) =
-            write_after_deferred(self.deps.gateway, std::mem::take(&mut self.deferred), messages).await?;
-        self.replace_in_history(deferred);
+        let stored: Vec<Message> =
+            self.deps.gateway.post_many(&messages).await?.into_iter().map(|event| event.message).collect();
         self.history.extend(stored.iter().cloned());
         Ok(stored)
     }
 
-    /// Put the stored copies of messages already in the history (deferred ones) in place.
-    fn replace_in_history(&mut self, stored: Vec<Message>) {
-        for stored in stored {
-            if let Some(kept) = self.history.iter_mut().rev().find(|m| m.id == stored.id) {
-                *kept = stored;
-            }
-        }
-    }
-
-    /// The tool futures of `calls` (this step's), those over the turn's budget set aside; a
-    /// future does nothing until polled.
+    /// The tool futures of `calls` (this step's, stored already), those over the turn's budget
+    /// set aside; a future does nothing until polled.
     fn start_tools(&mut self, calls: &[Message]) -> Running<'a> {
         let budget = u64::from(self.context.limits.tool_calls).saturating_sub(self.usage.tool_calls);
         let (allowed, refused) = calls.split_at((budget as usize).min(calls.len()));
@@ -559,7 +419,7 @@ impl<'a> Turn<'a> {
                 .boxed(),
             );
         }
-        Running { running, finished: VecDeque::new(), refused: refused.to_vec(), cancel }
+        Running { running, refused: refused.to_vec(), cancel }
     }
 
     /// Run this step's tools concurrently, posting each result as it arrives.
@@ -570,7 +430,7 @@ impl<'a> Turn<'a> {
             let text = format!("Tool call not run: the turn reached its {limit}.");
             self.post_result(&call, ToolOutput::failure(text)).await?;
         }
-        let Running { mut running, mut finished, cancel, .. } = tools;
+        let Running { mut running, cancel, .. } = tools;
         let deadline = self.context.deadline();
         let stop = self.stop.clone();
         let mut ended: Option<StepError> = None;
@@ -579,11 +439,7 @@ impl<'a> Turn<'a> {
                 biased;
                 _ = stop.token().cancelled() => ended = Some(StepError::Stopped),
                 _ = tokio::time::sleep_until(deadline) => ended = Some(StepError::Limit(LimitKind::Runtime)),
-                next = next_result(&mut finished, &mut running) => match next {
-                    // The step's last result waits for the next model call (see `call_model`).
-                    Some((call, output)) if finished.is_empty() && running.is_empty() && !over_limit => {
-                        self.defer_result(&call, output)
-                    }
+                next = running.next() => match next {
                     Some((call, output)) => self.post_result(&call, output).await?,
                     None => break,
                 },
@@ -607,20 +463,6 @@ impl<'a> Turn<'a> {
         self.post(vec![result]).await?;
         self.open_calls.retain(|open| open.id != call.id);
         Ok(())
-    }
-
-    /// Like [`Turn::post_result`], but the result is written later, with the next write of
-    /// the turn (or beside the next model call). It is in the history at once.
-    fn defer_result(&mut self, call: &Message, output: ToolOutput) {
-        let result = self.result_of(call, output);
-        self.defer(vec![result]);
-        self.open_calls.retain(|open| open.id != call.id);
-    }
-
-    /// Add `messages` to the history now and write them with the turn's next write.
-    fn defer(&mut self, messages: Vec<Message>) {
-        self.history.extend(messages.iter().cloned());
-        self.deferred.extend(messages);
     }
 
     fn result_of(&self, call: &Message, output: ToolOutput) -> Message {
@@ -647,7 +489,7 @@ impl<'a> Turn<'a> {
             .await?;
         let mut joined = false;
         for message in waiting {
-            if message.id == self.root.id || message.metadata.is_cronjob == Some(true) {
+            if message.id == self.root.id || message.is_cron_trigger() {
                 continue;
             }
             let Some(claimed) =
@@ -778,43 +620,12 @@ pub const INTERRUPTED_BY_ERROR_RESULT: &str = "Tool call interrupted: the turn f
 /// One tool call's future: the call and the tool's output.
 type ToolRun<'a> = futures::future::BoxFuture<'a, (Message, ToolOutput)>;
 
-/// The tools of one step: running, finished (while their calls were written) and refused
-/// (over the turn's budget).
+/// The tools of one step: running, and refused (over the turn's budget).
 struct Running<'a> {
     running: FuturesUnordered<ToolRun<'a>>,
-    finished: VecDeque<(Message, ToolOutput)>,
     refused: Vec<Message>,
     /// Tells the running tools to stop.
     cancel: CancellationToken,
-}
-
-/// The next tool output: one that finished already, else the next to finish. (Cancel-safe.)
-async fn next_result(
-    finished: &mut VecDeque<(Message, ToolOutput)>,
-    running: &mut FuturesUnordered<ToolRun<'_>>,
-) -> Option<(Message, ToolOutput)> {
-    match finished.pop_front() {
-        Some(done) => Some(done),
-        None => running.next().await,
-    }
-}
-
-/// Write the deferred messages and then `messages`, in one transaction and in that order;
-/// returns both as stored.
-async fn write_after_deferred(
-    gateway: &Gateway,
-    deferred: Vec<Message>,
-    messages: Vec<Message>,
-) -> Result<(Vec<Message>, Vec<Message>), GatewayError> {
-    let before = deferred.len();
-    let mut all = deferred;
-    all.extend(messages);
-    if all.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
-    }
-    let mut stored: Vec<Message> = gateway.post_many(&all).await?.into_iter().map(|event| event.message).collect();
-    let messages = stored.split_off(before.min(stored.len()));
-    Ok((stored, messages))
 }
 
 fn store_failure(error: GatewayError) -> TurnEnd {

@@ -21,8 +21,6 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-/// Metadata key naming the job that posted a trigger message.
-pub const CRON_JOB_KEY: &str = "cron_job";
 /// Metadata key set on a trigger posted to make up a missed run.
 pub const CATCH_UP_KEY: &str = "cron_catch_up";
 
@@ -123,7 +121,7 @@ impl CronJob {
         let content =
             format!("`Cronjob` at `{} {}`:\n{}", local.format("%Y-%m-%d %H:%M:%S"), self.timezone, self.config.prompt);
         let mut message = Message::cronjob_trigger(session_id, &self.config.chatbot, &self.config.channel, content);
-        message.metadata.extra.insert(CRON_JOB_KEY.to_owned(), Value::String(self.config.name.clone()));
+        message.metadata.cron_job = Some(self.config.name.clone());
         if catch_up {
             message.metadata.extra.insert(CATCH_UP_KEY.to_owned(), Value::Bool(true));
         }
@@ -141,10 +139,7 @@ pub async fn last_fired(gateway: &Gateway, job: &CronJob) -> Result<Option<DateT
     Ok(messages
         .iter()
         .rev()
-        .find(|m| {
-            m.metadata.is_cronjob == Some(true)
-                && m.metadata.extra.get(CRON_JOB_KEY).and_then(Value::as_str) == Some(job.config.name.as_str())
-        })
+        .find(|m| m.is_cron_trigger() && m.metadata.cron_job.as_deref() == Some(job.config.name.as_str()))
         .and_then(|m| m.created_at))
 }
 

@@ -99,6 +99,12 @@ impl Message {
         self.role == Role::Assistant && self.sender == SENDER_NOTIFICATION
     }
 
+    /// Whether a scheduled job posted this (a Cronjob Trigger Message). The one test of that:
+    /// the spec's `metadata.is_cronjob`, or the `Cronjob` sender of a message that lost it.
+    pub fn is_cron_trigger(&self) -> bool {
+        self.metadata.is_cronjob == Some(true) || self.sender == SENDER_CRONJOB
+    }
+
     /// Attachments listed in the metadata (empty when none).
     pub fn attachments(&self) -> &[Attachment] {
         self.metadata.attachments.as_deref().unwrap_or(&[])

@@ -76,6 +76,9 @@ pub struct Metadata {
     pub turn_metrics: Option<TurnMetrics>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_cronjob: Option<bool>,
+    /// Set on a Cronjob Trigger Message: the name of the `[[cron]]` job that posted it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cron_job: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub is_compaction: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +141,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 Key::Attachments => metadata.attachments = map.next_value()?,
                 Key::TurnMetrics => metadata.turn_metrics = map.next_value()?,
                 Key::IsCronjob => metadata.is_cronjob = map.next_value()?,
+                Key::CronJob => metadata.cron_job = map.next_value()?,
                 Key::IsCompaction => metadata.is_compaction = map.next_value()?,
                 Key::DiscordMessageId => metadata.discord_message_id = map.next_value()?,
                 Key::CompactionSummary => metadata.compaction_summary = map.next_value()?,
@@ -162,6 +166,7 @@ enum Key {
     Attachments,
     TurnMetrics,
     IsCronjob,
+    CronJob,
     IsCompaction,
     DiscordMessageId,
     CompactionSummary,
@@ -180,6 +185,7 @@ impl Key {
             "attachments" => Key::Attachments,
             "turn_metrics" => Key::TurnMetrics,
             "is_cronjob" => Key::IsCronjob,
+            "cron_job" => Key::CronJob,
             "is_compaction" => Key::IsCompaction,
             "discord_message_id" => Key::DiscordMessageId,
             "compaction_summary" => Key::CompactionSummary,

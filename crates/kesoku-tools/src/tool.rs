@@ -140,15 +140,6 @@ impl ToolOutput {
 pub trait Tool: Send + Sync + 'static {
     fn spec(&self) -> &ToolSpec;
 
-    /// Whether a call changes nothing outside itself: no file, process or remote state, no
-    /// saved output. The turn may then start the tool before its call is written to the store,
-    /// and write a quick call together with its result (one write off the tool's path, one
-    /// transaction less); a crash in between leaves no call and no effect, so the rerun has
-    /// nothing to repeat or to explain. `false` unless a tool is sure.
-    fn read_only(&self) -> bool {
-        false
-    }
-
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> ToolOutput;
 }
 

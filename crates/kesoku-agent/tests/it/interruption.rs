@@ -248,8 +248,8 @@ async fn steer_mode_skips_calls_that_had_not_started() {
     assert!(format!("{:?}", h.model.requests()[1].turns).contains("no, the new way"));
 }
 
-/// The step's last tool result is written beside the next model call; a stop during that call
-/// ends the model's side only, so the call keeps its real result (and gets no second one).
+/// A tool's result is stored before the next model call; a stop during that call leaves the
+/// call with its real result (and no second, synthetic one).
 #[tokio::test]
 async fn a_stop_during_the_model_call_after_a_tool_keeps_the_tools_real_result() {
     let h = Harness::start_with(

@@ -50,6 +50,39 @@ async fn a_turn_killed_mid_tool_is_finished_once_after_restart() {
 }
 
 #[tokio::test]
+async fn a_turn_killed_after_its_tool_result_was_stored_goes_on_without_running_the_tool_again() {
+    // What a process killed between a tool's stored result and the next model call leaves: the
+    // call and its real result, the message claimed by a dead process.
+    let h = Harness::start(vec![]).await;
+    let user = Message::user_text(&h.session.id, BOT, CHANNEL, "Chii", "count the files");
+    let mut claimed = user.clone();
+    claimed.status = Status::Processing;
+    let origin = TurnOrigin::of(&user, "Kesoku");
+    let call = origin.tool_call(1, "call_1", "run_shell_command", json!({"command": "touch ran-again; echo 3"}));
+    let result = origin.tool_result(&call, "=== STDOUT ===\n3\n".to_owned(), Some("3".to_owned()), None);
+    h.handle.store.insert_messages(&[claimed, call.clone(), result.clone()]).await.expect("insert");
+    let dead = format!("{}/2147483632/deadbeef", hostname());
+    h.handle.store.renew_claim(&user.id, "nobody").await.expect("renew");
+    sqlx_claim(&h, &user.id, &dead).await;
+
+    let mut h = h;
+    h.shut_down().await;
+    h.model.push(ScriptStep::text("There are 3 files."));
+    h.reboot(Default::default()).await;
+    assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
+
+    let messages = h.history().await;
+    let results: Vec<&Message> = messages.iter().filter(|m| m.message_type == MessageType::ToolResult).collect();
+    assert_eq!(results.len(), 1, "the call keeps its one, real result");
+    assert_eq!(results[0].id, result.id);
+    assert!(!h.dir.path().join("workspace").join("ran-again").exists(), "the tool did not run again");
+    let reply = messages.last().expect("reply");
+    assert_eq!((reply.step, reply.content.as_str()), (2, "There are 3 files."));
+    let seen = format!("{:?}", h.model.requests()[0].turns);
+    assert!(seen.contains("call_1") && !seen.contains("service restarted"), "{seen}");
+}
+
+#[tokio::test]
 async fn a_live_claim_elsewhere_is_left_alone() {
     let h = Harness::start(vec![]).await;
     let mut user = Message::user_text(&h.session.id, BOT, CHANNEL, "Chii", "busy elsewhere");

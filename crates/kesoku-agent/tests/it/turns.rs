@@ -119,120 +119,108 @@ async fn parallel_tool_calls_run_concurrently_and_stay_together() {
     assert_eq!(&order[1..3], &[MessageType::ToolCall, MessageType::ToolCall]);
 }
 
-/// A tool that answers with the time it started (µs since the epoch), declared read-only or not.
-struct Clock {
+/// A tool that looks its own call up in the store when it runs and answers whether it found it.
+struct FindsItsCall {
     spec: kesoku_tools::ToolSpec,
-    read_only: bool,
-    /// How long the tool takes after reading the time.
-    delay: std::time::Duration,
-}
-
-impl Clock {
-    fn new(read_only: bool) -> Clock {
-        let spec = kesoku_tools::ToolSpec {
-            name: "clock".to_owned(),
-            description: "The time now.".to_owned(),
-            parameters: json!({"type": "object", "properties": {}}),
-        };
-        Clock { spec, read_only, delay: std::time::Duration::ZERO }
-    }
-
-    fn taking(mut self, delay: std::time::Duration) -> Clock {
-        self.delay = delay;
-        self
-    }
+    store: std::sync::Arc<dyn kesoku_store::Store>,
 }
 
 #[async_trait::async_trait]
-impl kesoku_tools::Tool for Clock {
+impl kesoku_tools::Tool for FindsItsCall {
     fn spec(&self) -> &kesoku_tools::ToolSpec {
         &self.spec
     }
 
-    fn read_only(&self) -> bool {
-        self.read_only
-    }
-
-    async fn call(&self, _ctx: &kesoku_tools::ToolContext, _arguments: serde_json::Value) -> kesoku_tools::ToolOutput {
-        let now = chrono::Utc::now().timestamp_micros();
-        if !self.delay.is_zero() {
-            tokio::time::sleep(self.delay).await;
-        }
-        kesoku_tools::ToolOutput::success(now.to_string())
+    async fn call(&self, ctx: &kesoku_tools::ToolContext, _arguments: serde_json::Value) -> kesoku_tools::ToolOutput {
+        let stored = match self.store.session_history(&ctx.session_id).await {
+            Ok(history) => history,
+            Err(error) => return kesoku_tools::ToolOutput::failure(error.to_string()),
+        };
+        let found = stored.iter().any(|m| {
+            m.message_type == MessageType::ToolCall && m.metadata.tool_call_id.as_deref() == Some(ctx.call_id.as_str())
+        });
+        kesoku_tools::ToolOutput::success(if found { "my call is stored" } else { "my call is not stored" })
     }
 }
 
-/// When the `clock` tool started, relative to its call's write (the call's stamp is taken as
-/// its write begins): µs from the stamp to the tool's start.
-async fn clock_start_after_its_call(read_only: bool) -> i64 {
-    let (messages, _) = clock_turn(Clock::new(read_only)).await;
-    let written = messages[1].created_at.expect("the call's stamp").timestamp_micros();
-    let started: i64 = messages[2].content.parse().expect("the tool's answer");
-    started - written
+/// A scripted model that, at each request, counts the tool results stored in the session.
+struct CountsStoredResults {
+    script: kesoku_llm::ScriptedModel,
+    store: std::sync::Arc<dyn kesoku_store::Store>,
+    session: kesoku_core::SessionId,
+    stored_at_each_request: std::sync::Mutex<Vec<usize>>,
 }
 
-/// A turn that calls `clock` once and answers: its messages (text, call, result, answer) and
-/// when each model request came in.
-async fn clock_turn(clock: Clock) -> (Vec<kesoku_core::Message>, Vec<chrono::DateTime<chrono::Utc>>) {
+#[async_trait::async_trait]
+impl kesoku_llm::Model for CountsStoredResults {
+    fn name(&self) -> &str {
+        self.script.name()
+    }
+
+    fn info(&self) -> &kesoku_llm::ModelInfo {
+        self.script.info()
+    }
+
+    async fn stream(&self, request: &kesoku_llm::Request) -> Result<kesoku_llm::ResponseStream, LlmError> {
+        let history = self.store.session_history(&self.session).await.expect("history");
+        let results = history.iter().filter(|m| m.message_type == MessageType::ToolResult).count();
+        self.stored_at_each_request.lock().expect("lock").push(results);
+        self.script.stream(request).await
+    }
+}
+
+fn probe_call(id: &str) -> Part {
+    Part::ToolCall(ToolCall { id: id.to_owned(), name: "probe".to_owned(), arguments: json!({}), signature: None })
+}
+
+#[tokio::test]
+async fn a_tool_runs_only_after_its_call_is_stored_and_the_model_only_after_every_result() {
+    let mut h = Harness::start(vec![]).await;
     let mut registry = kesoku_tools::Registry::new();
-    registry.register(clock).expect("register");
+    let spec = kesoku_tools::ToolSpec {
+        name: "probe".to_owned(),
+        description: "Whether this call is stored.".to_owned(),
+        parameters: json!({"type": "object", "properties": {}}),
+    };
+    registry.register(FindsItsCall { spec, store: std::sync::Arc::clone(&h.handle.store) }).expect("register");
+    let model = std::sync::Arc::new(CountsStoredResults {
+        script: kesoku_llm::ScriptedModel::new(
+            "scripted",
+            vec![
+                ScriptStep::parts(vec![probe_call("p1"), probe_call("p2")]),
+                ScriptStep::parts(vec![probe_call("p3")]),
+                ScriptStep::text("done"),
+            ],
+        ),
+        store: std::sync::Arc::clone(&h.handle.store),
+        session: h.session.id.clone(),
+        stored_at_each_request: std::sync::Mutex::new(Vec::new()),
+    });
     let options = Options { tools: Some(std::sync::Arc::new(registry)), ..Options::default() };
-    let steps = vec![
-        ScriptStep::parts(vec![Part::ToolCall(ToolCall {
-            id: "c1".to_owned(),
-            name: "clock".to_owned(),
-            arguments: json!({}),
-            signature: None,
-        })]),
-        ScriptStep::text("done"),
-    ];
-    let h = Harness::start_with(steps, options).await;
-    let user = h.post_user("what time is it?").await;
+    h.reboot_with_model(model.clone(), options).await;
+    let user = h.post_user("probe twice").await;
     assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
+
     let messages = h.history().await;
-    let types: Vec<MessageType> = messages.iter().map(|m| m.message_type).collect();
-    assert_eq!(types, [MessageType::Text, MessageType::ToolCall, MessageType::ToolResult, MessageType::Text]);
-    assert_eq!(messages[2].parent_id.as_ref(), Some(&messages[1].id), "the result answers the call");
-    (messages, h.model.requested_at())
-}
-
-#[tokio::test]
-async fn a_read_only_tool_starts_while_its_call_is_written_and_others_wait_for_the_write() {
-    // A read-only tool starts before its call's write begins (it runs beside the write)...
-    let early = clock_start_after_its_call(true).await;
-    assert!(early <= 0, "the read-only tool started {early} µs after its call's write began");
-    // ...any other tool only once its call is stored: a crash cannot leave its effect unrecorded.
-    let late = clock_start_after_its_call(false).await;
-    assert!(late > 0, "the tool started {} µs before its call's write began", -late);
-}
-
-#[tokio::test]
-async fn a_quick_read_only_tool_has_its_call_written_with_its_result() {
-    // One write stamps all its messages alike: a quick read-only tool's call is written with
-    // its result (one transaction instead of two)...
-    let (quick, _) = clock_turn(Clock::new(true)).await;
-    assert_eq!(quick[1].created_at, quick[2].created_at, "the call and its result in one write");
-    // ...a slow one's call is written while it runs, so whoever watches the turn sees it...
-    let (slow, _) = clock_turn(Clock::new(true).taking(std::time::Duration::from_millis(200))).await;
-    let (call, result) = (slow[1].created_at.expect("stamp"), slow[2].created_at.expect("stamp"));
-    assert!(result - call >= chrono::Duration::milliseconds(150), "call {call}, result {result}");
-    // ...and any other tool's call is written before the tool starts, in a write of its own.
-    let (other, _) = clock_turn(Clock::new(false)).await;
-    assert!(other[1].created_at < other[2].created_at, "{:?} vs {:?}", other[1].created_at, other[2].created_at);
-}
-
-#[tokio::test]
-async fn what_a_step_left_unwritten_is_written_after_the_next_request_went_out() {
-    // A tool's result (and a quick read-only tool's call with it) is written beside the next
-    // model call, after the request was handed over: the write's stamp is taken as it begins.
-    for read_only in [false, true] {
-        let (messages, requested_at) = clock_turn(Clock::new(read_only)).await;
-        let (asked, written) = (requested_at[1], messages[2].created_at.expect("the result's stamp"));
-        assert!(
-            asked <= written,
-            "read-only {read_only}: the second request at {asked}, the result written at {written}"
-        );
-    }
+    let results: Vec<&str> =
+        messages.iter().filter(|m| m.message_type == MessageType::ToolResult).map(|m| m.content.as_str()).collect();
+    assert_eq!(results, ["my call is stored"; 3], "every tool found its call stored when it ran");
+    // Each model call went out after every result of the steps before it was stored.
+    assert_eq!(*model.stored_at_each_request.lock().expect("lock"), [0, 2, 3]);
+    // Stored in step order: calls before their results, results before the next step.
+    let steps: Vec<(u32, MessageType)> = messages[1..].iter().map(|m| (m.step, m.message_type)).collect();
+    assert_eq!(
+        steps,
+        [
+            (1, MessageType::ToolCall),
+            (1, MessageType::ToolCall),
+            (1, MessageType::ToolResult),
+            (1, MessageType::ToolResult),
+            (2, MessageType::ToolCall),
+            (2, MessageType::ToolResult),
+            (3, MessageType::Text),
+        ]
+    );
 }
 
 #[tokio::test]
@@ -383,7 +371,7 @@ async fn a_cron_trigger_gets_a_trigger_context_entry_and_the_responsive_lane() {
         "1234567890123",
         "`Cronjob` at `2026-05-27 21:00:00 CST`:\nRun active diagnostics and output status summary.",
     );
-    cron.metadata.extra.insert("cron_job".into(), json!("diagnostics"));
+    cron.metadata.cron_job = Some("diagnostics".to_owned());
     h.gateway.post(&cron).await.expect("post");
     assert_eq!(h.wait_terminal(&cron.id).await, Status::Processed);
     let request = format!("{:?}", h.model.requests()[0].turns);

@@ -7,9 +7,8 @@
 //! does next to a running service); the service picks them up at start (and through its store
 //! watch). The model is the policy server: a turn makes three `run_shell_command` calls, one
 //! per step, then answers, whatever earlier runs of the turn left behind. A second loop does
-//! the same with `read_file`, a read-only tool, whose quick steps are stored only with their
-//! results (beside the next model call): a kill before that loses the step, which the rerun
-//! asks the model for again.
+//! the same with `read_file`, a tool that takes almost no time, so that the kills land between
+//! a call's write, the tool and its result's write rather than inside a tool.
 
 use std::time::Duration;
 
@@ -64,8 +63,8 @@ async fn fifty_kills_at_random_points_lose_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kills_in_read_only_tool_steps_lose_nothing_and_answer_each_call_once() {
-    // Slower model answers than above: a read-only step takes no time of its own, and the
+async fn kills_in_quick_tool_steps_lose_nothing_and_answer_each_call_once() {
+    // Slower model answers than above: a `read_file` step takes no time of its own, and the
     // kills must land inside turns.
     let policy = HttpPolicy {
         calls: 3,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use kesoku_chatbots::cron::{CATCH_UP_KEY, CRON_JOB_KEY, CronJob, CronJobConfig, run_cron};
+use kesoku_chatbots::cron::{CATCH_UP_KEY, CronJob, CronJobConfig, run_cron};
 use kesoku_core::{Message, MessageFilter, Role, Status};
 use tokio_util::sync::CancellationToken;
 
@@ -23,7 +23,7 @@ fn job(name: &str, schedule: &str) -> CronJobConfig {
 
 async fn triggers(gateway: &kesoku_gateway::Gateway) -> Vec<Message> {
     let all = gateway.store().list_messages(&MessageFilter::default().with_roles(&[Role::User])).await.expect("list");
-    all.into_iter().filter(|m| m.metadata.is_cronjob == Some(true)).collect()
+    all.into_iter().filter(Message::is_cron_trigger).collect()
 }
 
 #[tokio::test]
@@ -45,7 +45,7 @@ async fn a_job_posts_cronjob_trigger_messages_on_schedule() {
         assert_eq!(message.session_id, f.session.id, "into the channel's active session");
         assert!(message.content.starts_with("`Cronjob` at `"), "{}", message.content);
         assert!(message.content.ends_with("Run active diagnostics and output status summary."));
-        assert_eq!(message.metadata.extra.get(CRON_JOB_KEY).and_then(|v| v.as_str()), Some("diagnostics"));
+        assert_eq!(message.metadata.cron_job.as_deref(), Some("diagnostics"));
         assert!(!message.metadata.extra.contains_key(CATCH_UP_KEY));
     }
 }

@@ -62,10 +62,6 @@ impl Tool for ReadFileTool {
         &self.spec
     }
 
-    fn read_only(&self) -> bool {
-        true
-    }
-
     async fn call(&self, ctx: &ToolContext, arguments: Value) -> ToolOutput {
         let params: ReadParams = match parse_arguments(READ_FILE, arguments) {
             Ok(params) => params,

@@ -1,0 +1,370 @@
+//! The worker: take an activation from the queue, check it, claim its message, keep the claim
+//! alive, run the turn in its own task, and resolve how it ended (the root's status, the
+//! steered messages' statuses, the ledger outcome). A panic in a turn marks its message `error`
+//! and the worker goes on.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use kesoku_broker::StopReason;
+use kesoku_core::{
+    Activation, ActivationPayload, Message, MessageFilter, MessageId, Outcome, Role, SessionId, Status, TurnOrigin,
+    Usage,
+};
+use kesoku_llm::{LlmError, Request, Response};
+use tokio_util::sync::CancellationToken;
+
+use super::intake::is_human;
+use super::model_log::write_model_log;
+use super::{Agent, RunningTurn, lock};
+use crate::compaction;
+use crate::config::QueueMode;
+use crate::context::ActivationContext;
+use crate::entries;
+use crate::error::AgentError;
+use crate::turn::{StopSignal, Turn, TurnDeps, TurnEnd};
+
+impl Agent {
+    pub(super) async fn worker(&self, shutdown: CancellationToken) {
+        loop {
+            let lease = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                lease = self.inner.deps.queue.pop() => lease,
+            };
+            let Ok(lease) = lease else { return };
+            if let ActivationPayload::Message { message_id } = &lease.activation.payload {
+                lock(&self.inner.queued).remove(message_id);
+            }
+            let activation = lease.activation.clone();
+            let agent = self.clone();
+            // Its own task: a panic in one turn is caught here and the worker goes on.
+            let outcome = tokio::spawn(async move { agent.run_activation(&activation).await }).await;
+            if let Err(join_error) = outcome {
+                tracing::error!(activation_id = %lease.activation.id, error = %join_error, "a turn panicked");
+                self.after_panic(&lease.activation).await;
+            }
+            lease.release();
+        }
+    }
+
+    async fn after_panic(&self, activation: &Activation) {
+        lock(&self.inner.running).remove(&activation.session_id);
+        let detail = "internal error: the turn panicked (see the service log)";
+        if let ActivationPayload::Message { message_id } = &activation.payload {
+            let gateway = &self.inner.deps.gateway;
+            if let Ok(Some(root)) = gateway.store().get_message(message_id).await
+                && root.status == Status::Processing
+            {
+                self.fail_root(&root, activation, detail, "internal error").await;
+            }
+        }
+        let _ = self
+            .inner
+            .deps
+            .ledger
+            .record_finished(&activation.id, Utc::now(), Outcome::Failed, Some(detail), &Usage::default())
+            .await;
+    }
+
+    /// Run one activation to its end and record the outcome.
+    pub async fn run_activation(&self, activation: &Activation) {
+        let ledger = &self.inner.deps.ledger;
+        // The start is recorded while the turn loads its message (the intake stored the row
+        // before queueing the activation); the end is recorded after both.
+        let started = async {
+            if let Err(error) = ledger.record_started(&activation.id, Utc::now()).await {
+                tracing::error!(%error, "recording an activation start failed");
+            }
+        };
+        let max_depth = self.inner.deps.config.max_depth;
+        let run = async {
+            match &activation.payload {
+                // Depth is a guardrail in the contract, not in the prompt: a chain of agents that went
+                // too deep stops here, before any model call.
+                _ if activation.depth > max_depth => (
+                    Outcome::LimitExceeded,
+                    Some(format!("depth limit of {max_depth} (this activation is at depth {})", activation.depth)),
+                    Usage::default(),
+                ),
+                ActivationPayload::Message { message_id } => self.run_message(activation, message_id).await,
+                ActivationPayload::Workflow { .. }
+                | ActivationPayload::FollowUp { .. }
+                | ActivationPayload::SubAgentResult { .. }
+                | ActivationPayload::BackgroundJobResult { .. }
+                | ActivationPayload::VoiceTranscript { .. }
+                | ActivationPayload::Maintenance { .. } => (
+                    Outcome::Failed,
+                    Some(format!("activations of kind `{}` are not handled by this version", activation.kind())),
+                    Usage::default(),
+                ),
+            }
+        };
+        let ((), (outcome, error, usage)) = tokio::join!(started, run);
+        metrics::counter!("kesoku_turns_total", "outcome" => outcome.as_str(), "lane" => activation.lane.as_str())
+            .increment(1);
+        if let Err(record_error) =
+            ledger.record_finished(&activation.id, Utc::now(), outcome, error.as_deref(), &usage).await
+        {
+            tracing::error!(error = %record_error, "recording an activation end failed");
+        }
+    }
+
+    async fn run_message(&self, activation: &Activation, message_id: &MessageId) -> (Outcome, Option<String>, Usage) {
+        match self.run_message_inner(activation, message_id).await {
+            Ok(result) => result,
+            Err(error) => {
+                tracing::error!(%error, message_id = %message_id, "a turn could not be run; the message stays for recovery");
+                lock(&self.inner.running).remove(&activation.session_id);
+                (Outcome::Failed, Some(format!("store error: {error}")), Usage::default())
+            }
+        }
+    }
+
+    async fn run_message_inner(
+        &self,
+        activation: &Activation,
+        message_id: &MessageId,
+    ) -> Result<(Outcome, Option<String>, Usage), AgentError> {
+        let gateway = &self.inner.deps.gateway;
+        let store = gateway.store();
+        // Whether a newer human message waits on the channel (interrupt mode) is asked while the
+        // message itself is read: one store round trip instead of two before the claim.
+        let mode = self.inner.deps.config.queue_mode_for(&activation.chatbot_id, &activation.channel_id);
+        let newer = async {
+            if mode == QueueMode::Interrupt {
+                self.has_newer_waiting(&activation.session_id, &activation.channel_id, message_id).await
+            } else {
+                Ok(false)
+            }
+        };
+        let (message, newer) = tokio::join!(store.get_message(message_id), newer);
+        let Some(message) = message? else {
+            return Ok((Outcome::Failed, Some(format!("message `{message_id}` does not exist")), Usage::default()));
+        };
+        // Access check at load time: the referenced message must belong to the activation's
+        // session and reply routing, whatever the queue payload claims.
+        if message.session_id != activation.session_id
+            || message.chatbot_id != activation.chatbot_id
+            || message.channel_id != activation.channel_id
+        {
+            return Ok((
+                Outcome::Failed,
+                Some(format!(
+                    "access denied: message `{message_id}` belongs to session `{}` ({}:{}), not this activation's",
+                    message.session_id, message.chatbot_id, message.channel_id
+                )),
+                Usage::default(),
+            ));
+        }
+        // (Past the access check, the activation's chatbot and channel are the message's.)
+        if is_human(&message) && mode == QueueMode::Interrupt && newer? {
+            // Superseded before it started: the newer message's turn will see it in history.
+            if gateway
+                .claim(&message.id, Status::Interrupted, &[Status::PendingAgent], &self.inner.worker_id)
+                .await?
+                .is_some()
+            {
+                return Ok((Outcome::Interrupted, Some("superseded by a newer message".to_owned()), Usage::default()));
+            }
+        }
+        let Some(claimed) =
+            gateway.claim(&message.id, Status::Processing, &[Status::PendingAgent], &self.inner.worker_id).await?
+        else {
+            return Ok((
+                Outcome::Cancelled,
+                Some("the message was no longer pending (already handled or stopped)".to_owned()),
+                Usage::default(),
+            ));
+        };
+        let root = claimed.message;
+        if root.metadata.is_compaction == Some(true) {
+            return self.run_manual_compaction(activation, root).await;
+        }
+        let stop = StopSignal::default();
+        lock(&self.inner.running).insert(
+            root.session_id.clone(),
+            RunningTurn {
+                activation_id: activation.id.clone(),
+                lane: activation.lane,
+                root_id: root.id.clone(),
+                since: Utc::now(),
+                stop: stop.clone(),
+            },
+        );
+        let heartbeat = self.spawn_heartbeat(&root.id);
+        let result = self.run_claimed(activation, root, stop).await;
+        heartbeat.cancel();
+        lock(&self.inner.running).remove(&activation.session_id);
+        result
+    }
+
+    /// Keep the claim fresh while the turn runs, so orphan recovery never takes a live turn.
+    fn spawn_heartbeat(&self, message_id: &MessageId) -> CancellationToken {
+        let token = CancellationToken::new();
+        let period = (self.inner.deps.config.orphan_after() / 4).max(Duration::from_secs(1));
+        let store = Arc::clone(self.inner.deps.gateway.store());
+        let id = message_id.clone();
+        let worker = self.inner.worker_id.clone();
+        let stop = token.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                match store.renew_claim(&id, &worker).await {
+                    Ok(true) => {}
+                    Ok(false) => return,
+                    Err(error) => tracing::warn!(%error, "renewing a claim failed"),
+                }
+            }
+        });
+        token
+    }
+
+    /// Whether a human message newer than `message_id` waits in the session's channel.
+    async fn has_newer_waiting(
+        &self,
+        session_id: &SessionId,
+        channel_id: &str,
+        message_id: &MessageId,
+    ) -> Result<bool, AgentError> {
+        let waiting = self
+            .inner
+            .deps
+            .gateway
+            .store()
+            .list_messages(
+                &MessageFilter::session(session_id)
+                    .with_channel(channel_id)
+                    .with_statuses(&[Status::PendingAgent])
+                    .with_roles(&[Role::User]),
+            )
+            .await?;
+        // Listed in the order they were written: anything after ours is newer.
+        let position = waiting.iter().position(|m| &m.id == message_id);
+        Ok(position.is_some_and(|p| waiting[p + 1..].iter().any(is_human)))
+    }
+
+    async fn run_claimed(
+        &self,
+        activation: &Activation,
+        root: Message,
+        stop: StopSignal,
+    ) -> Result<(Outcome, Option<String>, Usage), AgentError> {
+        let deps = &self.inner.deps;
+        let gateway = &deps.gateway;
+        // The session and its history are read at once (two readers), not one after the other.
+        let (session, history) = tokio::join!(
+            gateway.store().get_session(&root.session_id),
+            gateway.store().session_history(&root.session_id)
+        );
+        if session?.is_none() {
+            let detail = format!("session `{}` does not exist (missing session context)", root.session_id);
+            self.fail_root(&root, activation, &detail, "this conversation's session is missing").await;
+            return Ok((Outcome::Failed, Some(detail), Usage::default()));
+        }
+        let limits = deps.limits.for_lane(activation.lane);
+        let context = ActivationContext::derive(activation, limits, deps.models.default_model());
+        let history = compaction::apply_summaries(history?);
+        let history = self.compact_if_needed(&context, &root, history).await?;
+        let staging_dir = self.session_dir(&root.session_id);
+        let now = Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string();
+        let mut entries = vec![entries::activation_context_entry(&context, &now)];
+        if root.is_cron_trigger() {
+            // A scheduled prompt: tell the model which job fired and when.
+            let trigger = kesoku_core::activation::TriggerContext {
+                name: root.metadata.cron_job.clone().unwrap_or_else(|| "scheduled job".to_owned()),
+                source: "cron".to_owned(),
+                schedule: None,
+                fired_at: root.created_at.unwrap_or_else(Utc::now),
+            };
+            entries.push(entries::trigger_context_entry(&root.session_id, &trigger, &root.content));
+        }
+        let log_dir = staging_dir.clone();
+        let model_log = move |step: u32, request: &Request, response: Result<&Response, &LlmError>| {
+            write_model_log(&log_dir, step, request, response);
+        };
+        let turn_deps = TurnDeps {
+            gateway,
+            tools: &deps.tools,
+            workspace: &deps.workspace,
+            staging_dir: staging_dir.clone(),
+            agent_name: &deps.config.name,
+            system_prompt: &self.inner.system_prompt,
+            entries,
+            model_log: if deps.config.debug { Some(&model_log) } else { None },
+            steer_as: (deps.config.queue_mode_for(&root.chatbot_id, &root.channel_id) == QueueMode::Steer)
+                .then_some(self.inner.worker_id.as_str()),
+        };
+        let mut turn = Turn::new(turn_deps, &context, root.clone(), history, stop);
+        let end = turn.run().await;
+        let usage = turn.usage;
+        let steered = std::mem::take(&mut turn.steered);
+        drop(turn);
+        // Messages that joined the turn end as its root does.
+        let steered_status = match &end {
+            TurnEnd::Answered { .. } | TurnEnd::LimitExceeded { .. } => Status::Processed,
+            TurnEnd::Stopped { reason: StopReason::Shutdown } => Status::PendingAgent,
+            TurnEnd::Stopped { .. } => Status::Interrupted,
+            TurnEnd::Failed { .. } => Status::Error,
+        };
+        for id in &steered {
+            gateway.update_status(id, steered_status).await?;
+        }
+        let resolved = match end {
+            TurnEnd::Answered { note } => {
+                gateway.update_status(&root.id, Status::Processed).await?;
+                (Outcome::Succeeded, note)
+            }
+            TurnEnd::LimitExceeded { limit } => {
+                gateway.update_status(&root.id, Status::Processed).await?;
+                (Outcome::LimitExceeded, Some(limit))
+            }
+            TurnEnd::Stopped { reason: StopReason::Shutdown } => {
+                gateway.update_status(&root.id, Status::PendingAgent).await?;
+                (Outcome::Cancelled, Some("the service shut down; the message will be retried".to_owned()))
+            }
+            TurnEnd::Stopped { reason } => {
+                gateway.update_status(&root.id, Status::Interrupted).await?;
+                let why = match reason {
+                    StopReason::NewerMessage => "interrupted by a newer message",
+                    StopReason::UserRequest | StopReason::Shutdown => "stopped by the user",
+                };
+                (Outcome::Interrupted, Some(why.to_owned()))
+            }
+            TurnEnd::Failed { detail, short } => {
+                self.fail_root(&root, activation, &detail, &short).await;
+                (Outcome::Failed, Some(short))
+            }
+        };
+        Ok((resolved.0, resolved.1, usage))
+    }
+
+    /// Mark the root `error`, tell the user briefly, keep the full error in the staging folder.
+    pub(super) async fn fail_root(&self, root: &Message, activation: &Activation, detail: &str, short: &str) {
+        let gateway = &self.inner.deps.gateway;
+        let staging = self.session_dir(&root.session_id);
+        let path = staging.join("errors").join(format!("{}.txt", activation.id));
+        if let Err(error) = write_file(&path, detail) {
+            tracing::warn!(%error, "could not save the error details");
+        }
+        let origin = TurnOrigin::of(root, &self.inner.deps.config.name);
+        let notice = origin.error_notification(0, short);
+        if let Err(error) = gateway.post(&notice).await {
+            tracing::error!(%error, "posting an error notification failed");
+        }
+        if let Err(error) = gateway.update_status(&root.id, Status::Error).await {
+            tracing::error!(%error, message_id = %root.id, "marking a message as error failed");
+        }
+    }
+}
+
+fn write_file(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)
+}
