@@ -35,7 +35,6 @@ mod clock;
 mod common;
 mod decode;
 mod error;
-mod history_cache;
 mod migrate;
 mod postgres;
 mod sql;
@@ -202,7 +201,7 @@ pub struct MemoryUsage {
 /// its allocations globally, and every SQLite store's history cache adds to one count.
 pub fn memory_usage() -> MemoryUsage {
     let (sqlite_bytes, sqlite_highwater_bytes) = sqlite::sqlite_memory();
-    let (cache_bytes, cache_sessions) = history_cache::KEPT.get();
+    let (cache_bytes, cache_sessions) = sqlite::history_cache::KEPT.get();
     MemoryUsage {
         sqlite_bytes,
         sqlite_highwater_bytes,

@@ -1,12 +1,11 @@
 //! The SQLite store's cache of long sessions' histories, kept current by revision.
 //!
 //! Every model call of a turn starts from the session's whole history in phased order. For a
-//! long session, decoding every row again is most of the cost (tens of milliseconds at 10,000
-//! messages), while between two turns only a handful of rows changed. So the store keeps the
-//! decoded history of its most recently read long sessions with the global revision it was read
-//! at; the next read, inside one read transaction (one snapshot), asks for the current revision
-//! and the session's rows changed since (`rev > seen`, on the `messages_rev` index), applies
-//! them, and answers from memory.
+//! long session, decoding every row again is most of the cost, while between two turns only a
+//! handful of rows changed. So the store keeps the decoded history of its most recently read
+//! long sessions with the global revision it was read at; the next read, inside one read
+//! transaction (one snapshot), asks for the current revision and the session's rows changed
+//! since (`rev > seen`, on the `messages_rev` index), applies them, and answers from memory.
 //!
 //! Why this is exact, not "usually right": revisions are assigned inside the write lock as
 //! `MAX(rev) + 1`, so they follow commit order, in every process that shares the file; a
@@ -27,7 +26,9 @@
 //! 2Q's "A1out" list). A few sessions chatted with in turn are kept from their second read on;
 //! a round robin over hundreds of long sessions, which a 16-session cache could never serve,
 //! keeps nothing, instead of decoding a whole history into an entry on every read and evicting
-//! another one (a 15-minute soak over 200 sessions grew the resident set by ~25 MB that way).
+//! another one (a churn that grew the resident set of a long soak).
+//!
+//! The cache knows no SQL beyond the revision query: the rows come through a [`RowReader`].
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
