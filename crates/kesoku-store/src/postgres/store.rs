@@ -1,211 +1,39 @@
-//! The PostgreSQL backend, for several processes sharing one store.
-//!
-//! Tables live in the first schema of the connection's `search_path` (`public` unless the
-//! URL or the options say otherwise), so one database can hold several stores.
-//!
-//! Revisions come from the sequence `kesoku_message_rev`, so writers never wait on each other.
-//! A sequence hands numbers out in call order, not commit order: a reader could see revision 11
-//! committed while 10 is still in flight and skip it for good. To prevent that, every
-//! statement that takes a revision first takes a *shared* advisory lock (the rev gate, held to
-//! the end of its transaction): the `gate` CTE, which the row producing `nextval` depends on.
-//! A catch-up read briefly takes the same lock *exclusively*, which waits for every writer in
-//! flight, reads the sequence's last value, and then only returns revisions up to it: all of
-//! those are committed (or rolled back) by then, and anything later gets a higher revision.
-//! The gate is keyed by schema, so stores in other schemas do not wait on each other.
+//! The PostgreSQL store's [`Store`] implementation: messages, claims, sessions and the channel
+//! map, as statements on the pool.
 //!
 //! Status changes read the row first (so a corrupt row is refused before anything is written),
 //! check the transition table, then apply a compare-and-set `UPDATE … WHERE status = <what was
 //! read>`, retried when a concurrent change got there first. A claim is one
 //! `UPDATE … WHERE status IN (…)`, which PostgreSQL re-checks on the newest row version when
-//! claimants race, so exactly one wins.
+//! claimants race, so exactly one wins. Every statement that takes a revision goes through the
+//! rev gate (`rev_gate`); the ledger's statements are in `ledger`.
 
 use std::collections::HashMap;
-use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kesoku_core::{
-    ActivationId, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Session, SessionId, Status, Usage,
-};
-use sqlx::postgres::{PgArguments, PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use kesoku_core::{Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
+use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
-use crate::clock::{Clock, truncate};
+use super::rev_gate::{GATE, REV_GATE_KEY, gate_args};
+use super::{PgStore, bind, decode_all};
+use crate::clock::truncate;
 use crate::common::{
-    CAS_ATTEMPTS, OpenMode, check_claim, event, first_repeated_id, insert_error, not_found, session_reference_error,
-    stamp,
+    CAS_ATTEMPTS, check_claim, event, first_repeated_id, insert_error, not_found, session_reference_error, stamp,
 };
-use crate::decode::{self, BackendRow, Cells, StoredMessage};
+use crate::decode::{self, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
-use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
 use crate::sql::{
-    Arg, LEDGER_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
-    orphaned_calls_query,
+    Arg, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query, orphaned_calls_query,
 };
-use crate::{Claim, Ledger, LedgerFilter, MessageEvent, SessionFilter, Store};
+use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
-/// Connections per store.
-const POOL_SIZE: u32 = 8;
-/// A pooled connection idle at least this long is pinged before use (and replaced if dead);
-/// one in use more recently is handed out as it is. sqlx's default pings on every acquire:
-/// one more round trip per store call, a good part of a turn's time on PostgreSQL.
-const PING_WHEN_IDLE: Duration = Duration::from_secs(1);
-/// First key of the rev gate's advisory lock (the second is the schema's hash).
-const REV_GATE_KEY: i32 = 0x6b65_7301;
-/// First key of the advisory lock held while migrating a schema.
-const MIGRATION_KEY: i32 = 0x6b65_7302;
-/// The rev gate, shared: the first CTE of every statement that takes revisions. Its keys are
-/// `$1` and `$2`.
-const GATE: &str = "WITH gate AS (SELECT pg_advisory_xact_lock_shared($1::int4, $2::int4))";
 /// How often a session resolution that lost a race re-reads the winner.
 const RESOLVE_ATTEMPTS: usize = 3;
 
-/// A store in one PostgreSQL schema. Clones share the pool.
-#[derive(Clone)]
-pub struct PgStore {
-    pool: PgPool,
-    clock: Clock,
-    /// The schema holding the tables, for errors and logs.
-    schema: Arc<str>,
-    /// `hashtext(schema)`: the second key of this store's advisory locks.
-    schema_key: i32,
-}
-
-impl std::fmt::Debug for PgStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore").field("schema", &self.schema).finish_non_exhaustive()
-    }
-}
-
 impl PgStore {
-    /// Connect to `url` (`postgres://…` or `postgresql://…`) and migrate the schema.
-    pub async fn connect(url: &str) -> StoreResult<Self> {
-        Self::connect_in_mode(parse_url(url)?, OpenMode::CreateIfMissing).await
-    }
-
-    /// Connect with prepared options (for example with a `search_path` naming a test schema).
-    pub async fn connect_with(options: PgConnectOptions) -> StoreResult<Self> {
-        Self::connect_in_mode(options, OpenMode::CreateIfMissing).await
-    }
-
-    /// Connect to a database that already holds a Kesoku store ([`StoreError::Missing`] otherwise).
-    pub async fn connect_existing_with(options: PgConnectOptions) -> StoreResult<Self> {
-        Self::connect_in_mode(options, OpenMode::MustExist).await
-    }
-
-    /// Use `clock` for every timestamp this store writes and for orphan ages.
-    pub fn with_clock(mut self, clock: impl Into<Clock>) -> Self {
-        self.clock = clock.into();
-        self
-    }
-
-    /// Close the pool (waits for connections in use to come back).
-    pub async fn close(&self) {
-        self.pool.close().await;
-    }
-
-    pub(crate) async fn connect_in_mode(options: PgConnectOptions, mode: OpenMode) -> StoreResult<Self> {
-        let pool = PgPoolOptions::new()
-            .max_connections(POOL_SIZE)
-            .min_connections(0)
-            .acquire_timeout(Duration::from_secs(30))
-            .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
-                Box::pin(async move {
-                    if meta.idle_for >= PING_WHEN_IDLE {
-                        sqlx::Connection::ping(conn).await?;
-                    }
-                    Ok(true)
-                })
-            })
-            .connect_with(options)
-            .await?;
-        let (schema, schema_key): (Option<String>, Option<i32>) =
-            sqlx::query_as("SELECT current_schema()::text, hashtext(current_schema())").fetch_one(&pool).await?;
-        let (Some(schema), Some(schema_key)) = (schema, schema_key) else {
-            pool.close().await;
-            return Err(StoreError::Migration(
-                "the connection's search_path names no existing schema to keep the tables in: \
-                 create the schema or fix search_path"
-                    .to_owned(),
-            ));
-        };
-        let store = PgStore { pool, clock: Clock::system(), schema: Arc::from(schema), schema_key };
-        if let Err(error) = store.migrate(mode).await {
-            store.pool.close().await;
-            return Err(error);
-        }
-        Ok(store)
-    }
-
-    fn what(&self) -> String {
-        format!("postgresql schema `{}`", self.schema)
-    }
-
-    /// Apply pending migrations, one transaction each, under a per-schema advisory lock so
-    /// processes starting together migrate once.
-    async fn migrate(&self, mode: OpenMode) -> StoreResult<()> {
-        let what = self.what();
-        {
-            let mut conn = self.pool.acquire().await?;
-            let verdict = migrate::judge(&inspect(&mut conn).await?, &what)?;
-            if verdict == Verdict::Empty && mode == OpenMode::MustExist {
-                return Err(StoreError::Missing { what: format!("the kesoku store in {what}") });
-            }
-        }
-        loop {
-            let mut tx = self.pool.begin().await?;
-            sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-                .bind(MIGRATION_KEY)
-                .bind(self.schema_key)
-                .execute(&mut *tx)
-                .await?;
-            let verdict = migrate::judge(&inspect(&mut tx).await?, &what)?;
-            let Some(step) = migrate::next(migrate::POSTGRES, verdict) else {
-                tx.commit().await?;
-                return Ok(());
-            };
-            sqlx::raw_sql(step.sql).execute(&mut *tx).await.map_err(|error| {
-                StoreError::Migration(format!(
-                    "schema version {} ({}) could not be applied to {what}: {error}",
-                    step.version, step.description
-                ))
-            })?;
-            sqlx::query("INSERT INTO kesoku_schema_version (version, description, applied_at) VALUES ($1, $2, $3)")
-                .bind(step.version)
-                .bind(step.description)
-                .bind(self.clock.now())
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await?;
-            tracing::info!(version = step.version, schema = %self.schema, "postgresql store migrated");
-        }
-    }
-
-    /// A statement taking revisions, with the rev gate's keys bound as `$1`, `$2`.
-    fn gated(&self, sql: String) -> sqlx::query::Query<'static, Postgres, PgArguments> {
-        sqlx::query(AssertSqlSafe(sql)).bind(REV_GATE_KEY).bind(self.schema_key)
-    }
-
-    /// A revision at or below which every change is final (committed or rolled back): waits
-    /// for the writers in flight.
-    async fn stable_rev(&self) -> StoreResult<i64> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1, $2)")
-            .bind(REV_GATE_KEY)
-            .bind(self.schema_key)
-            .execute(&mut *tx)
-            .await?;
-        let rev: i64 =
-            sqlx::query_scalar("SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM kesoku_message_rev")
-                .fetch_one(&mut *tx)
-                .await?;
-        tx.commit().await?;
-        Ok(rev)
-    }
-
     async fn insert_one(&self, message: &Message, now: DateTime<Utc>) -> StoreResult<MessageEvent> {
         let stored = stamp(message, now);
         let row = self
@@ -345,92 +173,6 @@ impl PgStore {
         rows.sort_by_key(|(_, seq)| *seq);
         Ok(rows.into_iter().map(|(id, _)| MessageId::from(id)).collect())
     }
-}
-
-impl BackendRow for PgRow {
-    fn opt_text(&self, column: &'static str) -> Result<Option<String>, String> {
-        self.try_get(column).map_err(|error| error.to_string())
-    }
-
-    fn opt_int(&self, column: &'static str) -> Result<Option<i64>, String> {
-        self.try_get(column).map_err(|error| error.to_string())
-    }
-
-    fn opt_time(&self, column: &'static str) -> Result<Option<DateTime<Utc>>, String> {
-        self.try_get(column).map_err(|error| error.to_string())
-    }
-
-    fn opt_metadata(&self, column: &'static str) -> Result<Option<kesoku_core::Metadata>, String> {
-        let value: Option<serde_json::Value> = self.try_get(column).map_err(|error| error.to_string())?;
-        value.map(crate::decode::metadata_from_value).transpose()
-    }
-}
-
-/// Parse a PostgreSQL URL; the error never repeats a password.
-pub(crate) fn parse_url(url: &str) -> StoreResult<PgConnectOptions> {
-    PgConnectOptions::from_str(url)
-        .map_err(|error| StoreError::BadUrl { url: redact(url), reason: format!("not a postgresql url: {error}") })
-}
-
-/// `scheme://user:secret@host/…` → `scheme://user:***@host/…`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_owned() };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _)) => format!("{scheme}://{user}:***@{host}{tail}"),
-            None => url.to_owned(),
-        },
-        None => url.to_owned(),
-    }
-}
-
-/// Every row decoded, into a vector sized up front: a `collect` into `Result<Vec<_>>` cannot see
-/// the count and grows by doubling, which for a 10,000-message history copied the messages
-/// over and over into fresh pages.
-fn decode_all<T>(rows: &[PgRow], decode: impl Fn(&PgRow) -> StoreResult<T>) -> StoreResult<Vec<T>> {
-    let mut decoded = Vec::with_capacity(rows.len());
-    for row in rows {
-        decoded.push(decode(row)?);
-    }
-    Ok(decoded)
-}
-
-/// The rev gate's keys as the first two arguments of a statement.
-fn gate_args(schema_key: i32) -> Result<PgArguments, sqlx::Error> {
-    use sqlx::Arguments;
-    let mut args = PgArguments::default();
-    args.add(REV_GATE_KEY).map_err(sqlx::Error::Encode)?;
-    args.add(schema_key).map_err(sqlx::Error::Encode)?;
-    Ok(args)
-}
-
-fn bind(query: Query) -> sqlx::query::Query<'static, Postgres, PgArguments> {
-    let mut bound = sqlx::query(AssertSqlSafe(query.text));
-    for arg in query.args {
-        bound = match arg {
-            Arg::Text(text) => bound.bind(text),
-            Arg::Int(value) => bound.bind(value),
-            Arg::Time(at) => bound.bind(truncate(at)),
-        };
-    }
-    bound
-}
-
-/// Tables of the current schema and its kesoku version, read without writing anything.
-async fn inspect(conn: &mut PgConnection) -> StoreResult<Inspection> {
-    let tables: Vec<String> = sqlx::query_scalar(
-        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema() ORDER BY 1",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    let version = if tables.iter().any(|t| t == VERSION_TABLE) {
-        sqlx::query_scalar("SELECT MAX(version) FROM kesoku_schema_version").fetch_one(&mut *conn).await?
-    } else {
-        None
-    };
-    Ok(Inspection { tables, version })
 }
 
 #[async_trait]
@@ -727,6 +469,10 @@ impl Store for PgStore {
         }
         Err(not_found("active session of", &format!("{chatbot_id}/{channel_id}")))
     }
+    /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
+    fn memory(&self) -> StoreMemory {
+        StoreMemory::default()
+    }
 }
 
 async fn insert_session<'e, E>(executor: E, session: &Session) -> StoreResult<()>
@@ -759,118 +505,4 @@ where
     .fetch_optional(executor)
     .await?;
     row.as_ref().map(decode::session).transpose()
-}
-
-#[async_trait]
-impl Ledger for PgStore {
-    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()> {
-        sqlx::query(AssertSqlSafe(format!(
-            "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
-             ON CONFLICT (id) DO NOTHING"
-        )))
-        .bind(entry.id.as_str())
-        .bind(entry.kind.as_str())
-        .bind(entry.lane.as_str())
-        .bind(entry.session_id.as_str())
-        .bind(entry.message_id.as_ref().map(MessageId::as_str))
-        .bind(&entry.triggered_by)
-        .bind(entry.delegation_user.as_deref())
-        .bind(i64::from(entry.depth))
-        .bind(truncate(entry.enqueued_at))
-        .bind(entry.started_at.map(truncate))
-        .bind(entry.finished_at.map(truncate))
-        .bind(entry.outcome.map(Outcome::as_str))
-        .bind(entry.error.as_deref())
-        .bind(decode::count(entry.usage.model_calls))
-        .bind(decode::count(entry.usage.tool_calls))
-        .bind(decode::count(entry.usage.input_tokens))
-        .bind(decode::count(entry.usage.output_tokens))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()> {
-        let done = sqlx::query("UPDATE activations SET started_at = $2 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(truncate(at))
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("activation", id.as_str()));
-        }
-        Ok(())
-    }
-
-    async fn record_finished(
-        &self,
-        id: &ActivationId,
-        at: DateTime<Utc>,
-        outcome: Outcome,
-        error: Option<&str>,
-        usage: &Usage,
-    ) -> StoreResult<()> {
-        let done = sqlx::query(
-            "UPDATE activations SET finished_at = $2, outcome = $3, error = $4, model_calls = $5, tool_calls = $6, \
-             input_tokens = $7, output_tokens = $8 WHERE id = $1",
-        )
-        .bind(id.as_str())
-        .bind(truncate(at))
-        .bind(outcome.as_str())
-        .bind(error)
-        .bind(decode::count(usage.model_calls))
-        .bind(decode::count(usage.tool_calls))
-        .bind(decode::count(usage.input_tokens))
-        .bind(decode::count(usage.output_tokens))
-        .execute(&self.pool)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("activation", id.as_str()));
-        }
-        Ok(())
-    }
-
-    async fn get_activation(&self, id: &ActivationId) -> StoreResult<Option<LedgerEntry>> {
-        let row = sqlx::query(AssertSqlSafe(format!("SELECT {LEDGER_COLUMNS} FROM activations WHERE id = $1")))
-            .bind(id.as_str())
-            .fetch_optional(&self.pool)
-            .await?;
-        row.as_ref().map(decode::ledger_entry).transpose()
-    }
-
-    async fn list_activations(&self, filter: &LedgerFilter) -> StoreResult<Vec<LedgerEntry>> {
-        let mut query = Query::new(&format!("SELECT {LEDGER_COLUMNS} FROM activations WHERE 1 = 1"));
-        if let Some(session_id) = &filter.session_id {
-            query.and_eq("session_id", Arg::Text(session_id.as_str().to_owned()));
-        }
-        if filter.only_unsuccessful {
-            query.push(" AND outcome IS NOT NULL AND outcome <> 'succeeded'");
-        }
-        query.push(" ORDER BY enqueued_at DESC, id DESC").limit(filter.limit);
-        let rows = bind(query).fetch_all(&self.pool).await?;
-        decode_all(&rows, decode::ledger_entry)
-    }
-
-    async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {LEDGER_COLUMNS} FROM activations WHERE started_at IS NOT NULL AND finished_at IS NULL \
-             ORDER BY enqueued_at, id"
-        )))
-        .fetch_all(&self.pool)
-        .await?;
-        decode_all(&rows, decode::ledger_entry)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::redact;
-
-    #[test]
-    fn redact_hides_only_the_password() {
-        assert_eq!(redact("postgres://kesoku:hunter2@db:5432/k?x=1"), "postgres://kesoku:***@db:5432/k?x=1");
-        assert_eq!(redact("postgres://kesoku@db/k"), "postgres://kesoku@db/k");
-        assert_eq!(redact("postgres://db/k"), "postgres://db/k");
-    }
 }
