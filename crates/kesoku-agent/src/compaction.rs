@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 
 use kesoku_core::history::turn_root;
-use kesoku_core::message::SENDER_SYSTEM;
 use kesoku_core::{CompactionSummary, Message, MessageId, MessageType, Role, SessionId, Status};
 use kesoku_llm::{Model, Request};
 use serde::{Deserialize, Serialize};
@@ -238,14 +237,12 @@ pub async fn summarize(model: &dyn Model, plan: &Plan) -> Result<String, Compact
 
 /// The stored summary message for `plan`.
 pub fn summary_message(session_id: &SessionId, chatbot_id: &str, channel_id: &str, plan: &Plan, text: &str) -> Message {
-    let mut message = Message::wakeup_alert(
+    let mut message = Message::compaction_summary(
         session_id,
         chatbot_id,
         channel_id,
         format!("{SUMMARY_HEADER} ({} turns)\n{text}", plan.turns),
     );
-    message.sender = SENDER_SYSTEM.to_owned();
-    message.status = Status::Responded;
     message.metadata.compaction_summary = Some(CompactionSummary {
         first_turn: plan.first_turn.clone(),
         last_turn: plan.last_turn.clone(),

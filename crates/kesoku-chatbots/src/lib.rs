@@ -25,7 +25,7 @@ use std::pin::pin;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use kesoku_core::{Message, MessageFilter, MessageType, Role, Status};
+use kesoku_core::{Message, MessageFilter, Status};
 use kesoku_gateway::{Gateway, GatewayError, ListenFrom};
 use kesoku_store::StoreError;
 use tokio_util::sync::CancellationToken;
@@ -61,23 +61,10 @@ pub trait Chatbot: Send + Sync {
     async fn present(&self, message: &Message) -> Result<(), ChatbotError>;
 }
 
-/// Whether a chatbot still has to deliver `message`: an answer or notification waiting
-/// (`pending`), or an intermediate step of the agent not yet rendered (`responded` thought,
-/// tool call, tool result). Hidden system messages (nudges, also `responded`) never are.
+/// Whether a chatbot still has to deliver `message` ([`Message::awaits_delivery`]: the rule is
+/// the same for every chatbot, the HTTP API's included).
 pub fn awaits_delivery(message: &Message) -> bool {
-    match message.status {
-        Status::Pending => true,
-        Status::Responded => match message.message_type {
-            MessageType::Thought | MessageType::ToolCall | MessageType::ToolResult => true,
-            MessageType::Text => message.role == Role::Assistant,
-        },
-        Status::PendingAgent
-        | Status::Processing
-        | Status::Processed
-        | Status::Delivered
-        | Status::Interrupted
-        | Status::Error => false,
-    }
+    message.awaits_delivery()
 }
 
 /// Present `message` through `chatbot` if it is the chatbot's and awaits delivery, then mark

@@ -3,6 +3,23 @@
 //! Constructors fill role, type, sender, initial status, parent and metadata exactly as the table
 //! says, so no other code has to remember the table. They do not stamp times: the store does,
 //! when it writes the message.
+//!
+//! Kesoku adds one row to the spec's table, in the spec's columns (tested with the others in
+//! `tests/it/categories.rs`):
+//!
+//! | column | Compaction Summary ([`Message::compaction_summary`]) |
+//! |---|---|
+//! | explanation | a model-written summary standing in for a range of older, whole turns; nothing is deleted |
+//! | `role` / `type` | `system` / `text` |
+//! | `chatbot_id` / `channel_id` | those of the session being compacted |
+//! | `sender` | `"System"` |
+//! | `parent_id` | none: it belongs to no turn |
+//! | initial / final `status` | `responded` / `responded` (never claimed by a worker, never delivered) |
+//! | user visibility | no chat window shows it (like a nudge); `kesoku history show` and the console's trajectory list it |
+//! | LLM (active turn) | never part of one |
+//! | LLM (past history) | yes, the newest one in place of the turns it replaces, as a user turn prefixed `[System Notification]` (spec §5.4); once undone (`kesoku history uncompact`) it is left out and the turns show in full |
+//! | `metadata` | `{"compaction_summary": {"first_turn", "last_turn", "turns", "messages", "undone"}}`, set by the compacting code |
+//! | example content | `"[Summary of earlier conversation] (3 turns)\nThe user asked …"` |
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -103,6 +120,26 @@ impl Message {
     /// the spec's `metadata.is_cronjob`, or the `Cronjob` sender of a message that lost it.
     pub fn is_cron_trigger(&self) -> bool {
         self.metadata.is_cronjob == Some(true) || self.sender == SENDER_CRONJOB
+    }
+
+    /// Whether the chatbot of this message still has to deliver it: an answer or notification
+    /// waiting (`pending`), or an intermediate step of the agent not yet rendered (a `responded`
+    /// thought, tool call or tool result). System-role messages (nudges, compaction summaries)
+    /// are shown to nobody (spec §3: "User Visibility: No"), so a `responded` one never is.
+    pub fn awaits_delivery(&self) -> bool {
+        match self.status {
+            Status::Pending => true,
+            Status::Responded => match self.message_type {
+                MessageType::Thought | MessageType::ToolCall | MessageType::ToolResult => true,
+                MessageType::Text => self.role == Role::Assistant,
+            },
+            Status::PendingAgent
+            | Status::Processing
+            | Status::Processed
+            | Status::Delivered
+            | Status::Interrupted
+            | Status::Error => false,
+        }
     }
 
     /// Attachments listed in the metadata (empty when none).
@@ -245,6 +282,28 @@ impl Message {
             MessageType::Text,
             content.into(),
             Status::PendingAgent,
+        )
+    }
+
+    /// Compaction Summary: stands in, for the model, for the older turns it summarizes (see the
+    /// row in the module documentation). The compacting code adds `metadata.compaction_summary`,
+    /// the range of turns it replaces.
+    pub fn compaction_summary(
+        session_id: &SessionId,
+        chatbot_id: &str,
+        channel_id: &str,
+        content: impl Into<String>,
+    ) -> Self {
+        Self::build(
+            session_id,
+            None,
+            chatbot_id,
+            channel_id,
+            SENDER_SYSTEM,
+            Role::System,
+            MessageType::Text,
+            content.into(),
+            Status::Responded,
         )
     }
 

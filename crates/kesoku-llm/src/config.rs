@@ -135,7 +135,11 @@ pub struct ModelConfig {
     /// a custom OpenAI-style server such as Ollama gets no key unless one is named here).
     #[serde(default)]
     pub api_key_env: Option<String>,
-    /// Default thinking level of requests that do not set one.
+    /// Default thinking level of requests that do not set one. Unset: thinking models show their
+    /// thoughts at their own effort (Gemini 2.5 and later: `includeThoughts`; Claude 3.7 Sonnet
+    /// to 4.5: extended thinking with a 1,024-token budget; Claude 4.6 and later: adaptive
+    /// thinking), and reasoning text from OpenAI-style servers is kept as thoughts. `"off"`: no
+    /// thoughts are asked for or kept.
     #[serde(default)]
     pub thinking: Option<ThinkingLevel>,
     /// Default output limit of requests that do not set one.

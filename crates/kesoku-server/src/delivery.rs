@@ -4,8 +4,10 @@
 //! chatbot `api` counts as delivered once it has been broadcast, which the gateway does when the
 //! message is stored; so this task marks `pending` (final answers, notifications) and
 //! `responded` (thoughts, tool calls and results: the API is a UI chatbot) messages of that
-//! chatbot `delivered` as it hears of them. Delivered does *not* mean a client read it: clients
-//! read the stream or the history whenever they like, and the stored message is the record.
+//! chatbot `delivered` as it hears of them. System-role messages (nudges, compaction summaries)
+//! are shown to nobody (spec §3: "User Visibility: No"), so they stay `responded`. Delivered
+//! does *not* mean a client read it: clients read the stream or the history whenever they like,
+//! and the stored message is the record.
 //!
 //! On start it takes every such message still waiting (`ListenFrom::Current`), so nothing is
 //! left behind by a restart. A status that changed meanwhile (an unfinished tool call
@@ -21,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::views::API_CHATBOT;
 
-/// Mark every `pending`/`responded` message of chatbot `api` `delivered`, until `shutdown`
-/// fires or the broker closes.
+/// Mark every `pending`/`responded` message of chatbot `api` that people see `delivered`, until
+/// `shutdown` fires or the broker closes.
 pub async fn run_api_delivery(gateway: Gateway, shutdown: CancellationToken) {
     let filter =
         MessageFilter::default().with_chatbot(API_CHATBOT).with_statuses(&[Status::Pending, Status::Responded]);
@@ -33,7 +35,9 @@ pub async fn run_api_delivery(gateway: Gateway, shutdown: CancellationToken) {
             next = stream.next() => next,
         };
         match next {
-            Some(Ok(event)) => deliver(&gateway, &event.message.id).await,
+            Some(Ok(event)) if event.message.awaits_delivery() => deliver(&gateway, &event.message.id).await,
+            // Seen by nobody (nudges, compaction summaries): it stays `responded`.
+            Some(Ok(_hidden)) => {}
             Some(Err(error)) => tracing::warn!(%error, "api delivery: reading messages failed; the stream catches up"),
             None => {
                 tracing::info!("api delivery: the broker closed");

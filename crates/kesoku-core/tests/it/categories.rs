@@ -236,6 +236,65 @@ fn every_category_matches_its_row() {
     }
 }
 
+/// The row Kesoku adds to the spec's table (documented in `kesoku_core::message`).
+#[test]
+fn a_compaction_summary_matches_its_documented_row() {
+    let session = SessionId::from("sess_table");
+    let summary = Message::compaction_summary(
+        &session,
+        "discord",
+        "1234567890123",
+        "[Summary of earlier conversation] (3 turns)\nThe user asked …",
+    );
+    check(
+        &summary,
+        &Row {
+            category: "Compaction Summary",
+            role: Role::System,
+            message_type: MessageType::Text,
+            scope: Scope::Platform,
+            sender: "System",
+            initial_status: Status::Responded,
+            metadata_keys: &[],
+            has_parent: false,
+        },
+    );
+    assert_eq!(summary.step, 0, "it belongs to no model step");
+    assert!(!summary.awaits_delivery(), "no chat window shows it");
+    assert!(!summary.is_notification(), "the model sees it, unlike a user-facing notification");
+    // `responded` is final: no worker claims it and no chatbot delivers it.
+    assert!(summary.status.check_transition(Status::Processing).is_err());
+}
+
+#[test]
+fn hidden_system_messages_never_await_delivery() {
+    let session = SessionId::from("s");
+    let user = Message::user_text(&session, "api", "web", "User", "hi");
+    let origin = TurnOrigin::of(&user, "Kesoku");
+    let call = origin.tool_call(1, "c1", "search", json!({}));
+    let hidden = [
+        Message::system_prompt(&session, "You are Kesoku."),
+        Message::wakeup_alert(&session, "api", "web", "[System Alert] job done"),
+        origin.nudge(1, "Your previous response had empty content."),
+        Message::compaction_summary(&session, "api", "web", "summary"),
+        user.clone(),
+    ];
+    for message in &hidden {
+        assert!(!message.awaits_delivery(), "{:?} {:?} is not delivered", message.role, message.content);
+    }
+    let shown = [
+        origin.thought(1, "thinking", None),
+        origin.tool_result(&call, "out", None, None),
+        call,
+        origin.final_text(1, "answer", None),
+        origin.notification("🔄 compacted"),
+        origin.error_notification(1, "boom"),
+    ];
+    for message in &shown {
+        assert!(message.awaits_delivery(), "{:?} {:?} is delivered", message.role, message.content);
+    }
+}
+
 #[test]
 fn tool_messages_link_and_render_as_the_spec_shows() {
     let session = SessionId::from("s");

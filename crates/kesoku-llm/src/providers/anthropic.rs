@@ -4,8 +4,11 @@
 //! go back with their signatures (unsigned or foreign thoughts are dropped, Anthropic would
 //! reject them). With thinking on, Anthropic wants the last assistant message of a tool loop to
 //! start with a thinking block: when it does not (the turn began on another model), the request
-//! is sent without thinking rather than rejected. Structured output has no native field here:
-//! the schema is added to the system instruction.
+//! is sent without thinking rather than rejected. Thinking models are asked for their thoughts
+//! unless the config says `thinking = "off"`: Claude 3.7 Sonnet to 4.5 with extended thinking at
+//! the smallest budget (1,024 tokens), Claude 4.6 and later with adaptive thinking at the model's
+//! own effort and `display: "summarized"`. Structured output has no native field here: the
+//! schema is added to the system instruction.
 
 use std::collections::HashMap;
 
@@ -30,8 +33,42 @@ use crate::{Model, ResponseStream, StreamEvent};
 /// The API version header value.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 
-/// Smallest thinking budget Anthropic accepts.
+/// Smallest thinking budget Anthropic accepts. Also the budget asked for when the config sets
+/// no thinking level: enough for the model to show how it goes about the task, at the least cost.
 const MIN_THINKING_BUDGET: u32 = 1024;
+
+/// How a Claude model thinks, read from its id (Anthropic's documentation lists the models).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ClaudeThinking {
+    /// Extended thinking with a token budget: Claude 3.7 Sonnet to the 4.5 models.
+    Budget,
+    /// Adaptive thinking, its depth set by `output_config.effort`: Claude 4.6 and later (4.7
+    /// and later refuse `type: enabled`).
+    Adaptive,
+    /// A model that does not think (Claude 3.5 and older) or an id we cannot read.
+    Unknown,
+}
+
+/// The `major.minor` version in a Claude model id: `claude-sonnet-4-5-20250929` → (4, 5),
+/// `claude-3-7-sonnet-latest` → (3, 7), `claude-opus-4-20250514` → (4, 0) (the date is not
+/// a version), `claude-opus-5` → (5, 0).
+fn claude_version(model: &str) -> Option<(u32, u32)> {
+    let mut numbers = model
+        .strip_prefix("claude-")?
+        .split('-')
+        .filter(|token| token.len() <= 2)
+        .filter_map(|token| token.parse::<u32>().ok());
+    let major = numbers.next()?;
+    Some((major, numbers.next().unwrap_or(0)))
+}
+
+fn claude_thinking(model: &str) -> ClaudeThinking {
+    match claude_version(model) {
+        Some(version) if version >= (4, 6) => ClaudeThinking::Adaptive,
+        Some(version) if version >= (3, 7) => ClaudeThinking::Budget,
+        Some(_) | None => ClaudeThinking::Unknown,
+    }
+}
 
 // ---- wire payloads -------------------------------------------------------------------------
 
@@ -50,6 +87,8 @@ pub struct MessagesRequest {
     pub temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking: Option<ThinkingParams>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_config: Option<OutputConfig>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -65,11 +104,23 @@ pub struct AnthropicTool {
     pub input_schema: Value,
 }
 
+/// `thinking`: `{"type": "enabled", "budget_tokens": N}` (extended thinking, Claude 3.7 Sonnet
+/// to 4.5) or `{"type": "adaptive", "display": "summarized"}` (Claude 4.6 and later).
 #[derive(Debug, Clone, Serialize)]
 pub struct ThinkingParams {
     #[serde(rename = "type")]
     pub thinking_type: String,
-    pub budget_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_tokens: Option<u32>,
+    /// `summarized`: Claude Opus 4.7 and later return empty thinking blocks unless asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub display: Option<String>,
+}
+
+/// `output_config`: how much effort an adaptive-thinking model spends (`low`, `medium`, `high`).
+#[derive(Debug, Clone, Serialize)]
+pub struct OutputConfig {
+    pub effort: String,
 }
 
 /// One streamed event (`message_start`, `content_block_start`, …), tagged by `type`.
@@ -234,14 +285,7 @@ fn build_request(request: &Request, settings: Settings, info: &ModelInfo) -> Mes
         }
     }
     let max_tokens = settings.max_output_tokens.unwrap_or(info.max_output_tokens);
-    let mut thinking = match settings.thinking {
-        None | Some(ThinkingLevel::Off) => None,
-        Some(level) => level.budget_tokens().and_then(|budget| {
-            let budget = budget.max(MIN_THINKING_BUDGET).min(max_tokens.saturating_sub(1));
-            (budget >= MIN_THINKING_BUDGET)
-                .then(|| ThinkingParams { thinking_type: "enabled".to_owned(), budget_tokens: budget })
-        }),
-    };
+    let (mut thinking, effort) = thinking_params(settings.thinking, &info.model, max_tokens);
     if thinking.is_some() && last_tool_loop_lacks_thinking(&messages) {
         thinking = None;
     }
@@ -270,7 +314,47 @@ fn build_request(request: &Request, settings: Settings, info: &ModelInfo) -> Mes
         stream: true,
         // Anthropic allows no temperature but 1 with thinking on: leave it to the default then.
         temperature: if thinking.is_some() { None } else { settings.temperature.map(wire_temperature) },
+        output_config: thinking.as_ref().and(effort).map(|effort| OutputConfig { effort: effort.to_owned() }),
         thinking,
+    }
+}
+
+/// `thinking` (and the adaptive effort) for a request. With no level set, thinking models are
+/// asked for their thoughts: adaptive ones at their own default effort, budget ones with the
+/// smallest budget Anthropic accepts ([`MIN_THINKING_BUDGET`]), which leaves the answer most of
+/// `max_tokens`. `Off` sends nothing: the model's default, which shows no thoughts.
+fn thinking_params(
+    level: Option<ThinkingLevel>,
+    model: &str,
+    max_tokens: u32,
+) -> (Option<ThinkingParams>, Option<&'static str>) {
+    let budget = |tokens: u32| {
+        let tokens = tokens.max(MIN_THINKING_BUDGET).min(max_tokens.saturating_sub(1));
+        (tokens >= MIN_THINKING_BUDGET).then(|| ThinkingParams {
+            thinking_type: "enabled".to_owned(),
+            budget_tokens: Some(tokens),
+            display: None,
+        })
+    };
+    let adaptive = || ThinkingParams {
+        thinking_type: "adaptive".to_owned(),
+        budget_tokens: None,
+        display: Some("summarized".to_owned()),
+    };
+    let effort = match level {
+        Some(ThinkingLevel::Off) => return (None, None),
+        Some(ThinkingLevel::Minimal | ThinkingLevel::Low) => Some("low"),
+        Some(ThinkingLevel::Medium) => Some("medium"),
+        Some(ThinkingLevel::High) => Some("high"),
+        None => None,
+    };
+    match (level, claude_thinking(model)) {
+        (_, ClaudeThinking::Adaptive) => (Some(adaptive()), effort),
+        (None, ClaudeThinking::Budget) => (budget(MIN_THINKING_BUDGET), None),
+        (None, ClaudeThinking::Unknown) => (None, None),
+        (Some(level), ClaudeThinking::Budget | ClaudeThinking::Unknown) => {
+            (level.budget_tokens().and_then(budget), None)
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! Function results go back in `user` turns as `functionResponse` parts (Gemini rejects a
 //! `tool` role). Thought summaries come as parts with `thought: true` when `includeThoughts` is
-//! on; signatures (`thoughtSignature`) come on thought, text or function-call parts and must go
+//! on, which thinking models are asked for unless the config says `thinking = "off"`; signatures (`thoughtSignature`) come on thought, text or function-call parts and must go
 //! back on the same part. In the current turn (after the last user text) Gemini 3 requires the
 //! first function call of each step to be signed: a call from another provider gets Gemini's
 //! documented placeholder signature instead. The key goes in the `x-goog-api-key` header.
@@ -303,7 +303,10 @@ fn build_request(request: &Request, settings: Settings, model: &str) -> Generate
     let mut generation = GenerationConfig {
         max_output_tokens: settings.max_output_tokens,
         temperature: settings.temperature.map(wire_temperature),
-        thinking_config: settings.thinking.and_then(|level| thinking_config(level, model)),
+        thinking_config: match settings.thinking {
+            Some(level) => thinking_config(level, model),
+            None => default_thinking_config(model),
+        },
         ..GenerationConfig::default()
     };
     if let Some(schema) = &request.output_schema {
@@ -325,13 +328,37 @@ fn build_request(request: &Request, settings: Settings, model: &str) -> Generate
     }
 }
 
+/// The `major.minor` version in a Gemini model id (`gemini-2.5-flash` → (2, 5), `gemini-3-pro`
+/// → (3, 0)); `None` for ids without one (`gemini-flash-latest`, `gemma-3-27b-it`).
+fn gemini_version(model: &str) -> Option<(u32, u32)> {
+    let version = model.strip_prefix("gemini-")?.split('-').next()?;
+    let (major, minor) = version.split_once('.').unwrap_or((version, "0"));
+    Some((major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// Thinking settings when neither the request nor the config sets a level: ask a thinking model
+/// (Gemini 2.5 and later, and the `-latest` aliases, which point at them) for its thought
+/// summaries, and leave its budget or level, that is its own thinking effort, alone. Older
+/// models and other families get no `thinkingConfig`: the API refuses it where it cannot think.
+fn default_thinking_config(model: &str) -> Option<ThinkingConfig> {
+    let thinks = match gemini_version(model) {
+        Some(version) => version >= (2, 5),
+        None => model.starts_with("gemini-") && model.ends_with("-latest"),
+    };
+    thinks.then(|| ThinkingConfig { include_thoughts: Some(true), ..ThinkingConfig::default() })
+}
+
 /// Gemini 2.x takes a token budget; later models take a level.
 fn thinking_config(level: ThinkingLevel, model: &str) -> Option<ThinkingConfig> {
     let budget_style = model.starts_with("gemini-2") || model.starts_with("gemini-1");
+    // Gemini 2.5 Pro refuses a budget of 0: it always thinks.
+    let can_switch_off = budget_style && !model.starts_with("gemini-2.5-pro");
     match (level, budget_style) {
-        (ThinkingLevel::Off, true) => Some(ThinkingConfig { thinking_budget: Some(0), ..ThinkingConfig::default() }),
-        // Gemini 3 cannot switch thinking off: leave the model's default and ask for no summaries.
-        (ThinkingLevel::Off, false) => None,
+        (ThinkingLevel::Off, true) if can_switch_off => {
+            Some(ThinkingConfig { thinking_budget: Some(0), ..ThinkingConfig::default() })
+        }
+        // Models that cannot switch thinking off: leave their default and ask for no summaries.
+        (ThinkingLevel::Off, _) => None,
         (level, true) => Some(ThinkingConfig {
             include_thoughts: Some(true),
             thinking_budget: level.budget_tokens(),

@@ -4,7 +4,8 @@
 //! Streaming sends `stream_options.include_usage` so the last chunk carries the usage; tool
 //! calls arrive as fragments keyed by `index` and are assembled when the answer finishes.
 //! Reasoning text is read from `reasoning_content` (DeepSeek, vLLM) or `reasoning` (Ollama,
-//! OpenRouter) but never sent back: these servers keep no signature and several reject it.
+//! OpenRouter) as thoughts, unless the config says `thinking = "off"`, but never sent back:
+//! these servers keep no signature and several reject it.
 //! The output limit is sent as `max_completion_tokens` to OpenAI itself (its reasoning models
 //! refuse `max_tokens`) and as `max_tokens` to every other server, which all understand it.
 
@@ -213,7 +214,9 @@ impl Model for OpenAiModel {
 
     async fn stream(&self, request: &Request) -> Result<ResponseStream, LlmError> {
         let request = load_attachments(request, &self.name).await?;
-        let body = build_request(&request, self.defaults.apply(&request), &self.info.model, &self.base_url);
+        let settings = self.defaults.apply(&request);
+        let reasoning = ReasoningText::for_level(settings.thinking);
+        let body = build_request(&request, settings, &self.info.model, &self.base_url);
         let body = serde_json::to_vec(&body).map_err(|error| {
             self.transport.context.error(LlmErrorKind::BadRequest, format!("could not encode the request: {error}"))
         })?;
@@ -225,7 +228,7 @@ impl Model for OpenAiModel {
             body: Bytes::from(body),
         };
         let context = self.transport.context.clone();
-        self.transport.stream(&call, parse_error_body, || OpenAiDecoder::new(context.clone())).await
+        self.transport.stream(&call, parse_error_body, || OpenAiDecoder::new(context.clone(), reasoning)).await
     }
 }
 
@@ -432,20 +435,42 @@ struct PartialCall {
     arguments: String,
 }
 
+/// What the decoder does with a server's reasoning text (`reasoning_content`, `reasoning`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReasoningText {
+    /// Thought parts, shown and stored as the spec's thought messages (the default).
+    AsThoughts,
+    /// Dropped: the config says `thinking = "off"`, and these servers cannot be told to stop.
+    Ignored,
+}
+
+impl ReasoningText {
+    fn for_level(level: Option<ThinkingLevel>) -> Self {
+        match level {
+            Some(ThinkingLevel::Off) => ReasoningText::Ignored,
+            Some(ThinkingLevel::Minimal | ThinkingLevel::Low | ThinkingLevel::Medium | ThinkingLevel::High) | None => {
+                ReasoningText::AsThoughts
+            }
+        }
+    }
+}
+
 /// Assembles chat completion chunks; ends at `data: [DONE]`.
 pub(crate) struct OpenAiDecoder {
     assembler: ResponseAssembler,
     context: ErrorContext,
+    reasoning: ReasoningText,
     calls: BTreeMap<usize, PartialCall>,
     flushed_calls: usize,
     saw_finish: bool,
 }
 
 impl OpenAiDecoder {
-    pub(crate) fn new(context: ErrorContext) -> Self {
+    pub(crate) fn new(context: ErrorContext, reasoning: ReasoningText) -> Self {
         OpenAiDecoder {
             assembler: ResponseAssembler::default(),
             context,
+            reasoning,
             calls: BTreeMap::new(),
             flushed_calls: 0,
             saw_finish: false,
@@ -500,7 +525,9 @@ impl StreamDecoder for OpenAiDecoder {
         }
         if let Some(choice) = chunk.choices.into_iter().next() {
             let delta = choice.delta;
-            if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning).filter(|text| !text.is_empty()) {
+            if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning).filter(|text| !text.is_empty())
+                && self.reasoning == ReasoningText::AsThoughts
+            {
                 self.assembler.thought(&reasoning, None, out);
             }
             if let Some(content) = delta.content.filter(|text| !text.is_empty()) {

@@ -13,4 +13,5 @@ mod providers;
 mod resilience;
 mod scripted;
 mod support;
+mod thinking;
 mod wire;

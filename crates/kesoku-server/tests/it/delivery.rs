@@ -4,7 +4,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kesoku_core::{MessageFilter, MessageId, SessionId, Status, TurnOrigin};
+use kesoku_core::{Message, MessageFilter, MessageId, SessionId, Status, TurnOrigin};
 use kesoku_gateway::{Gateway, ListenFrom};
 use kesoku_server::run_api_delivery;
 use tokio_util::sync::CancellationToken;
@@ -58,6 +58,32 @@ async fn pending_and_responded_api_messages_become_delivered_and_others_are_left
     let other = server.store.get_message(&discord_reply.id).await.expect("read").expect("stored");
     assert_eq!(other.status, Status::Pending, "another chatbot delivers its own messages");
 
+    shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(5), task).await.expect("the task stops").expect("no panic");
+}
+
+#[tokio::test]
+async fn nudges_and_compaction_summaries_stay_responded() {
+    let server = TestServer::new().await;
+    let api = server.session("api", "web").await;
+    let root = server.post(&user(&api, "hi")).await;
+    let origin = TurnOrigin::of(&root, "Kesoku");
+    // Written before the task starts (its catch-up) and while it runs (live).
+    let early_nudge = server.post(&origin.nudge(1, "Your previous response had empty content.")).await;
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(run_api_delivery(server.gateway.clone(), shutdown.clone()));
+    let summary = server.post(&Message::compaction_summary(&api.id, "api", "web", "summary")).await;
+    let live_nudge = server.post(&origin.nudge(2, "Your previous response had empty content.")).await;
+    // The answer is posted last: once it is delivered, the task has seen everything before it.
+    let answer = server.post(&origin.final_text(3, "done", None)).await;
+    assert!(
+        wait_delivered(&server.gateway, &api.id, std::slice::from_ref(&answer.id)).await,
+        "the answer is delivered"
+    );
+    for hidden in [&early_nudge, &summary, &live_nudge] {
+        let stored = server.store.get_message(&hidden.id).await.expect("read").expect("stored");
+        assert_eq!(stored.status, Status::Responded, "{:?} is shown to nobody: it stays responded", stored.content);
+    }
     shutdown.cancel();
     tokio::time::timeout(Duration::from_secs(5), task).await.expect("the task stops").expect("no panic");
 }

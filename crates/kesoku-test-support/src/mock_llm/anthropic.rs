@@ -7,7 +7,8 @@
 //! messages alternate user / assistant starting with user, and no `system` role in them; tool
 //! results lead the user message right after the assistant's `tool_use`s and answer each of them
 //! (no more, no less); thinking blocks carry a signature; a thinking budget is at least 1024 and
-//! below `max_tokens`, and no temperature other than 1 goes with it.
+//! below `max_tokens`, and no temperature other than 1 goes with it; adaptive thinking takes no
+//! budget, `display` is `summarized` or `omitted`, `output_config.effort` a known level.
 
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -67,6 +68,29 @@ pub(crate) fn check_request(request: &RecordedRequest) -> Result<Accepted, Vec<S
         if body.get("temperature").is_some_and(|temperature| temperature.as_f64() != Some(1.0)) {
             problems.push("temperature may only be set to 1 when thinking is enabled".to_owned());
         }
+    }
+    if let Some(thinking) = body.get("thinking")
+        && thinking["type"] == "adaptive"
+    {
+        if thinking.get("budget_tokens").is_some() {
+            problems.push("thinking.adaptive.budget_tokens: Extra inputs are not permitted".to_owned());
+        }
+        if thinking.get("display").is_some_and(|display| display != "summarized" && display != "omitted") {
+            problems.push("thinking.display: must be `summarized` or `omitted`".to_owned());
+        }
+        if body.get("temperature").is_some_and(|temperature| temperature.as_f64() != Some(1.0)) {
+            problems.push("temperature may only be set to 1 when thinking is enabled".to_owned());
+        }
+    }
+    if let Some(thinking) = body.get("thinking")
+        && !["enabled", "adaptive", "disabled"].contains(&thinking["type"].as_str().unwrap_or_default())
+    {
+        problems.push(format!("thinking.type: unknown type {}", thinking["type"]));
+    }
+    if let Some(effort) = body.get("output_config").map(|config| &config["effort"])
+        && !["low", "medium", "high", "xhigh", "max"].contains(&effort.as_str().unwrap_or_default())
+    {
+        problems.push(format!("output_config.effort: unknown effort {effort}"));
     }
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     if messages.is_empty() {
@@ -141,7 +165,11 @@ pub(crate) fn check_request(request: &RecordedRequest) -> Result<Accepted, Vec<S
         problems.push("the last assistant message has tool_use blocks without results".to_owned());
     }
     let streaming = body["stream"].as_bool().unwrap_or(false);
-    if problems.is_empty() { Ok(Accepted { streaming, model, include_usage: true }) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(Accepted { streaming, model, include_usage: true, include_thoughts: true })
+    } else {
+        Err(problems)
+    }
 }
 
 fn stop_reason(answer: &MockAnswer) -> &'static str {

@@ -5,7 +5,8 @@
 //! Rules enforced: the key in `x-goog-api-key`; `contents` not empty, roles only `user` and
 //! `model` (a `tool` role is rejected, as current Gemini models do); every part holds exactly
 //! one kind of data; each `functionResponse` answers a `functionCall` of the model turn right
-//! before it (by name, and by id when ids are given) and every call there is answered.
+//! before it (by name, and by id when ids are given) and every call there is answered. Like
+//! Gemini, it sends thought parts only when the request asks for them (`includeThoughts`).
 
 use axum::response::Response;
 use serde_json::{Value, json};
@@ -142,7 +143,8 @@ pub(crate) fn check_request(request: &RecordedRequest) -> Result<Accepted, Vec<S
         previous_calls = if role == "model" { calls } else { Vec::new() };
     }
     if problems.is_empty() {
-        Ok(Accepted { streaming, model: model.to_owned(), include_usage: true })
+        let include_thoughts = body["generationConfig"]["thinkingConfig"]["includeThoughts"] == json!(true);
+        Ok(Accepted { streaming, model: model.to_owned(), include_usage: true, include_thoughts })
     } else {
         Err(problems)
     }

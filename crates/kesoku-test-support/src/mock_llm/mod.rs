@@ -460,6 +460,20 @@ pub(crate) struct Accepted {
     pub model: String,
     /// OpenAI: the client asked for the usage chunk.
     pub include_usage: bool,
+    /// Gemini: the client asked for thought summaries (`thinkingConfig.includeThoughts`); without
+    /// it Gemini sends none, so scripted thoughts are left out. Always true for the others.
+    pub include_thoughts: bool,
+}
+
+impl Accepted {
+    /// `answer` as the vendor would send it for this request.
+    fn shape<'a>(&self, answer: &'a MockAnswer) -> std::borrow::Cow<'a, MockAnswer> {
+        if self.include_thoughts {
+            return std::borrow::Cow::Borrowed(answer);
+        }
+        let parts = answer.parts.iter().filter(|part| !matches!(part, MockPart::Thought { .. })).cloned().collect();
+        std::borrow::Cow::Owned(MockAnswer { parts, ..answer.clone() })
+    }
 }
 
 /// One event of a streamed answer, ready to send.
@@ -587,6 +601,7 @@ fn render(
                 sse_response(state, stream_frames(vendor, &answer, accepted), Ending::Complete, chunk_delay)
             }
             MockReply::Answer(answer) => {
+                let answer = accepted.shape(&answer);
                 let body = match vendor {
                     Vendor::Gemini => gemini::full_answer(&answer, &accepted.model),
                     Vendor::OpenAi => openai::full_answer(&answer, &accepted.model),
@@ -609,6 +624,7 @@ fn render(
 }
 
 fn stream_frames(vendor: Vendor, answer: &MockAnswer, accepted: &Accepted) -> Vec<Frame> {
+    let answer = &*accepted.shape(answer);
     match vendor {
         Vendor::Gemini => gemini::stream_frames(answer, &accepted.model),
         Vendor::OpenAi => openai::stream_frames(answer, &accepted.model, accepted.include_usage),

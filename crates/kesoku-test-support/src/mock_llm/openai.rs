@@ -110,7 +110,11 @@ pub(crate) fn check_request(request: &RecordedRequest) -> Result<Accepted, Vec<S
     }
     let streaming = body["stream"].as_bool().unwrap_or(false);
     let include_usage = body["stream_options"]["include_usage"].as_bool().unwrap_or(false);
-    if problems.is_empty() { Ok(Accepted { streaming, model, include_usage }) } else { Err(problems) }
+    if problems.is_empty() {
+        Ok(Accepted { streaming, model, include_usage, include_thoughts: true })
+    } else {
+        Err(problems)
+    }
 }
 
 fn finish_reason(answer: &MockAnswer) -> &'static str {
