@@ -1,6 +1,6 @@
 //! Kesoku's vocabulary: messages and their three axes (role, type, status), the status
 //! transition table, typed metadata, sessions, activations and the ledger's record, ids, filters,
-//! and the phased history order.
+//! the phased history order, and the shape of the service's memory report.
 //!
 //! This crate does no I/O and knows no async runtime: it is the language every other crate
 //! speaks, and the place the specification's tables become code.
@@ -9,6 +9,7 @@ pub mod activation;
 pub mod filter;
 pub mod history;
 pub mod ids;
+pub mod memory;
 pub mod message;
 pub mod metadata;
 pub mod session;
@@ -19,6 +20,7 @@ pub use activation::{
 };
 pub use filter::MessageFilter;
 pub use ids::{ActivationId, MessageId, SessionId};
+pub use memory::{MemoryGauge, MemoryReport};
 pub use message::{Message, Phase, TurnOrigin};
 pub use metadata::{Attachment, CompactionSummary, Metadata, TurnMetrics};
 pub use session::Session;

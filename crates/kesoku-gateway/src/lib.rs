@@ -5,7 +5,8 @@
 //! a lagging subscriber re-reads the store. Status changes and claims go through here too, so
 //! every change is announced after it is durable.
 //!
-//! The gateway holds no state of its own beyond its two handles; it is cheap to clone.
+//! The gateway holds no state of its own beyond its two handles and the count of what its
+//! listeners' duplicate filters hold ([`Gateway::listener_memory`]); it is cheap to clone.
 
 use std::hash::RandomState;
 use std::sync::Arc;
@@ -47,6 +48,8 @@ const DEDUP_WINDOW: i64 = 20_000;
 pub struct Gateway {
     store: Arc<dyn Store>,
     broker: Arc<dyn Broker>,
+    /// What the duplicate filters of this gateway's listeners (its clones' included) hold.
+    listeners: Arc<ListenerCounts>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -57,7 +60,13 @@ impl std::fmt::Debug for Gateway {
 
 impl Gateway {
     pub fn new(store: Arc<dyn Store>, broker: Arc<dyn Broker>) -> Self {
-        Gateway { store, broker }
+        Gateway { store, broker, listeners: Arc::default() }
+    }
+
+    /// What the duplicate filters of the listeners made by this gateway (and its clones) hold
+    /// now, for the service's metrics.
+    pub fn listener_memory(&self) -> ListenerMemory {
+        self.listeners.get()
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -164,6 +173,7 @@ impl Gateway {
     ) -> impl Stream<Item = GatewayResult<MessageEvent>> + Send + 'static {
         let store = Arc::clone(&self.store);
         let broker = Arc::clone(&self.broker);
+        let counts = Arc::clone(&self.listeners);
         async_stream::stream! {
             // Subscribe before reading the store, so nothing written in between is missed.
             let mut subscription = match broker.subscribe(Interest::Messages(filter.clone())).await {
@@ -173,7 +183,7 @@ impl Gateway {
                     return;
                 }
             };
-            let mut seen = Seen::default();
+            let mut seen = Seen::counted_in(counts);
             let mut pending_catch_up = match from {
                 ListenFrom::Current => Some(CatchUp::Current),
                 ListenFrom::AfterRev(rev) => Some(CatchUp::After(rev)),
@@ -280,36 +290,41 @@ async fn read_store(
 /// The map is hashbrown's (std's, with std's SipHash keys: ids may come from outside) for its
 /// `allocation_size`: the table's bytes, which `capacity` (entries left before a rehash, used
 /// up by the tombstones of dropped ids) does not tell.
-#[derive(Default)]
 struct Seen {
     rev_by_id: hashbrown::HashMap<MessageId, i64, RandomState>,
     newest: i64,
     /// The newest revision when ids were last dropped.
     pruned_at: i64,
-    /// `(len, table bytes)` of `rev_by_id` as last added to [`SEEN_IDS`] and [`SEEN_TABLE_BYTES`].
+    /// Where this filter is counted: its gateway's [`ListenerCounts`].
+    counts: Arc<ListenerCounts>,
+    /// `(len, table bytes)` of `rev_by_id` as last added to `counts`.
     counted: (usize, usize),
 }
 
-/// Ids in all live listeners' duplicate filters, and the bytes of their maps' tables (the ids'
-/// own strings not included): `/metrics` reports both, so a soak can tell these filters from
-/// growth elsewhere.
-static SEEN_IDS: AtomicUsize = AtomicUsize::new(0);
-static SEEN_TABLE_BYTES: AtomicUsize = AtomicUsize::new(0);
-
-/// What the duplicate filters of this process's listeners hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DedupUsage {
-    pub ids: u64,
-    /// Bytes of the filters' hash tables (a table grows, and never shrinks).
-    pub table_bytes: u64,
+/// Ids in the duplicate filters of one gateway's live listeners, and the bytes of their maps'
+/// tables (the ids' own strings not included).
+#[derive(Debug, Default)]
+struct ListenerCounts {
+    ids: AtomicUsize,
+    table_bytes: AtomicUsize,
 }
 
-/// The ids held by all listeners' duplicate filters and the size of their tables.
-pub fn dedup_usage() -> DedupUsage {
-    DedupUsage {
-        ids: SEEN_IDS.load(Ordering::Relaxed) as u64,
-        table_bytes: SEEN_TABLE_BYTES.load(Ordering::Relaxed) as u64,
+impl ListenerCounts {
+    fn get(&self) -> ListenerMemory {
+        ListenerMemory {
+            dedup_ids: self.ids.load(Ordering::Relaxed) as u64,
+            dedup_table_bytes: self.table_bytes.load(Ordering::Relaxed) as u64,
+        }
     }
+}
+
+/// What the duplicate filters of one gateway's listeners hold: `/metrics` reports both, so a
+/// soak can tell these filters from growth elsewhere.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListenerMemory {
+    pub dedup_ids: u64,
+    /// Bytes of the filters' hash tables (a table grows, and never shrinks).
+    pub dedup_table_bytes: u64,
 }
 
 /// Move `counter` from `old` to `new` (no shared write when nothing changed: a table's size
@@ -323,6 +338,11 @@ fn recount(counter: &AtomicUsize, old: usize, new: usize) {
 }
 
 impl Seen {
+    /// An empty filter, counted in `counts` while it lives.
+    fn counted_in(counts: Arc<ListenerCounts>) -> Self {
+        Seen { rev_by_id: hashbrown::HashMap::default(), newest: 0, pruned_at: 0, counts, counted: (0, 0) }
+    }
+
     /// Record `rev` of `id`; false when that state (or a newer one) was already yielded.
     fn admit(&mut self, id: &MessageId, rev: i64) -> bool {
         if self.rev_by_id.get(id).is_some_and(|&last| last >= rev) {
@@ -342,8 +362,8 @@ impl Seen {
     }
 
     fn count(&mut self, now: (usize, usize)) {
-        recount(&SEEN_IDS, self.counted.0, now.0);
-        recount(&SEEN_TABLE_BYTES, self.counted.1, now.1);
+        recount(&self.counts.ids, self.counted.0, now.0);
+        recount(&self.counts.table_bytes, self.counted.1, now.1);
         self.counted = now;
     }
 }
@@ -360,16 +380,17 @@ mod tests {
 
     #[test]
     fn the_duplicate_filters_are_counted_while_they_live() {
-        // The only test of this binary that makes filters, so the counts are its own.
-        assert_eq!(dedup_usage(), DedupUsage { ids: 0, table_bytes: 0 });
-        let mut first = Seen::default();
-        let mut second = Seen::default();
+        let counts = Arc::new(ListenerCounts::default());
+        let usage = || counts.get();
+        assert_eq!(usage(), ListenerMemory::default());
+        let mut first = Seen::counted_in(Arc::clone(&counts));
+        let mut second = Seen::counted_in(Arc::clone(&counts));
         assert!(first.admit(&MessageId::from("msg_a"), 1));
         assert!(!first.admit(&MessageId::from("msg_a"), 1), "the same state twice");
         assert!(second.admit(&MessageId::from("msg_a"), 1));
-        assert_eq!(dedup_usage().ids, 2);
+        assert_eq!(usage().dedup_ids, 2);
         let per_entry = std::mem::size_of::<(MessageId, i64)>() as u64 + 1; // an entry and its control byte
-        assert!(dedup_usage().table_bytes >= 2 * per_entry);
+        assert!(usage().dedup_table_bytes >= 2 * per_entry);
 
         // A long run of new ids, one revision each: the filter never holds more than one and
         // a half windows of them, and still knows every id of the last window.
@@ -377,7 +398,7 @@ mod tests {
         let bound = (DEDUP_WINDOW + DEDUP_WINDOW / 2) as u64;
         for rev in 2..=total {
             assert!(first.admit(&MessageId::from(format!("msg_{rev}")), rev));
-            assert!(dedup_usage().ids <= bound + 1, "at revision {rev}: {} ids", dedup_usage().ids);
+            assert!(usage().dedup_ids <= bound + 1, "at revision {rev}: {} ids", usage().dedup_ids);
         }
         for rev in total - DEDUP_WINDOW + 1..=total {
             assert!(!first.admit(&MessageId::from(format!("msg_{rev}")), rev), "revision {rev} is in the window");
@@ -387,23 +408,23 @@ mod tests {
             first.admit(&MessageId::from("msg_2"), 2),
             "an id far behind the window is forgotten (a catch-up never reads that far back)"
         );
-        let bytes = dedup_usage().table_bytes;
+        let bytes = usage().dedup_table_bytes;
         assert!(
             bytes >= bound * per_entry && bytes <= 4 * bound * per_entry,
             "the table fits what it holds: {bytes} bytes for at most {bound} ids"
         );
 
         drop(first);
-        assert_eq!(dedup_usage().ids, 1);
+        assert_eq!(usage().dedup_ids, 1);
         drop(second);
-        assert_eq!(dedup_usage(), DedupUsage { ids: 0, table_bytes: 0 });
+        assert_eq!(usage(), ListenerMemory::default());
 
         // A listener matching one message in five, as the soak's are, for 330,000 messages
         // (110 minutes at 50 turns/s): its table reaches its size early and keeps it. (Dropping
         // ids leaves tombstones; a table whose count is above half its capacity when they run out
         // doubles instead of rehashing in place, which is how the former filter, cut at 40,000
         // ids, doubled again after 109 minutes.)
-        let mut sparse = Seen::default();
+        let mut sparse = Seen::counted_in(Arc::default());
         let mut bytes_at_half = 0;
         for turn in 0..330_000_i64 {
             sparse.admit(&MessageId::from(format!("msg_{turn:026}")), 5 * turn + 1);

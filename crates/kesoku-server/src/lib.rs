@@ -38,7 +38,7 @@ pub use control::{AgentControl, LaneDepths, LaneLimits, RunningTurn, RuntimeStat
 pub use delivery::run_api_delivery;
 pub use error::{AppError, ErrorBody, ErrorCode, ErrorDetail, ServerError};
 pub use routes::COMPACTION_REQUEST_TEXT;
-pub use server::{DEFAULT_BODY_LIMIT, HeapProbe, ServerState, app, openapi_document, serve};
+pub use server::{DEFAULT_BODY_LIMIT, MemoryProbe, ServerState, app, openapi_document, serve};
 pub use trajectory::{CONTENT_SECURITY_POLICY as TRAJECTORY_CSP, escape_html, render_trajectory_html};
 pub use views::{
     API_CHATBOT, ActivationListResponse, Activity, AttachmentParams, HealthResponse, MessageEventView,

@@ -16,6 +16,7 @@ use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use http::{Request, header};
+use kesoku_core::MemoryReport;
 use kesoku_gateway::Gateway;
 use kesoku_store::Ledger;
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -35,8 +36,9 @@ use crate::{console, openapi, routes};
 /// Largest request body by default (attachments travel base64 inside JSON).
 pub const DEFAULT_BODY_LIMIT: usize = 10 * 1024 * 1024;
 
-/// Reads the bytes in live heap allocations (the binary owns the global allocator).
-pub type HeapProbe = fn() -> Option<u64>;
+/// Gathers the process's memory report when `/metrics` is scraped: the binary's wiring knows
+/// the parts that own memory (its allocator, its store, its gateway) and asks each.
+pub type MemoryProbe = Arc<dyn Fn() -> MemoryReport + Send + Sync>;
 
 /// Everything the handlers need.
 #[derive(Clone)]
@@ -52,8 +54,8 @@ pub struct ServerState {
     pub metrics: Option<PrometheusHandle>,
     /// Largest request body in bytes.
     pub body_limit: usize,
-    /// Bytes in live heap allocations, when the binary's allocator counts them (`/metrics`).
-    pub heap_probe: Option<HeapProbe>,
+    /// The memory report `/metrics` renders; without it, `/metrics` shows no memory gauges.
+    pub memory: Option<MemoryProbe>,
     /// Fires when the server shuts down: open event streams end.
     pub shutdown: CancellationToken,
 }
@@ -79,7 +81,7 @@ impl ServerState {
             token: None,
             metrics: None,
             body_limit: DEFAULT_BODY_LIMIT,
-            heap_probe: None,
+            memory: None,
             shutdown: CancellationToken::new(),
         }
     }
@@ -94,8 +96,8 @@ impl ServerState {
         self
     }
 
-    pub fn with_heap_probe(mut self, probe: HeapProbe) -> Self {
-        self.heap_probe = Some(probe);
+    pub fn with_memory(mut self, probe: impl Fn() -> MemoryReport + Send + Sync + 'static) -> Self {
+        self.memory = Some(Arc::new(probe));
         self
     }
 

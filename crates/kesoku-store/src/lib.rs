@@ -44,7 +44,7 @@ pub use clock::{Clock, ManualClock};
 pub use error::{StoreError, StoreResult};
 pub use migrate::SCHEMA_VERSION;
 pub use postgres::PgStore;
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, sqlite_library_memory};
 pub use sqlx::postgres::PgConnectOptions;
 
 use common::OpenMode;
@@ -159,6 +159,9 @@ pub trait Store: Send + Sync + 'static {
     /// The active session of the pair, creating and activating a new one atomically when there
     /// is none; concurrent callers get the same session.
     async fn resolve_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Session>;
+
+    /// What this store holds in memory beyond its connections, for the service's metrics.
+    fn memory(&self) -> StoreMemory;
 }
 
 /// The execution ledger: one durable row per activation.
@@ -181,33 +184,27 @@ pub trait Ledger: Send + Sync + 'static {
     async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>>;
 }
 
-/// Memory the stores of this process hold beside the ordinary churn of turns, for the
-/// service's metrics: SQLite's own allocations (every connection's page cache, schemas,
-/// prepared statements) and the history caches. Each is bounded; reporting them lets an
-/// operator (and the soak benchmark) tell a filling pool from a leak.
+/// Memory one store holds beyond its connections: the history cache of a SQLite store
+/// (nothing for PostgreSQL). Bounded; reported so that an operator (and the soak benchmark) can
+/// tell a filling pool from a leak.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct MemoryUsage {
-    /// Bytes SQLite has allocated now (`sqlite3_memory_used`), all connections together.
-    pub sqlite_bytes: u64,
-    /// The most SQLite has had allocated at once since the process started.
-    pub sqlite_highwater_bytes: u64,
-    /// Bytes the history caches keep (estimated from the decoded messages).
+pub struct StoreMemory {
+    /// Bytes the history cache keeps (estimated from the decoded messages).
     pub history_cache_bytes: u64,
-    /// Sessions the history caches keep.
+    /// Sessions the history cache keeps.
     pub history_cache_sessions: u64,
 }
 
-/// What the stores of this process hold now (see [`MemoryUsage`]). Process-wide: SQLite counts
-/// its allocations globally, and every SQLite store's history cache adds to one count.
-pub fn memory_usage() -> MemoryUsage {
-    let (sqlite_bytes, sqlite_highwater_bytes) = sqlite::sqlite_memory();
-    let (cache_bytes, cache_sessions) = sqlite::history_cache::KEPT.get();
-    MemoryUsage {
-        sqlite_bytes,
-        sqlite_highwater_bytes,
-        history_cache_bytes: cache_bytes as u64,
-        history_cache_sessions: cache_sessions as u64,
-    }
+/// What the SQLite library has allocated in this process ([`sqlite_library_memory`]): every
+/// connection's page cache, schemas and prepared statements. SQLite counts these for the whole
+/// process (its high-water mark exists only that way), so this is a fact of the process, not
+/// of one store: it is read once per report, never summed over stores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SqliteMemory {
+    /// Bytes allocated now (`sqlite3_memory_used`).
+    pub bytes: u64,
+    /// The most allocated at once since the process started (`sqlite3_memory_highwater`).
+    pub highwater_bytes: u64,
 }
 
 /// Both traits over one backend (one pool).

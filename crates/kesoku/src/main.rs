@@ -5,6 +5,7 @@ mod cli;
 mod commands;
 mod config;
 mod control;
+mod memory;
 mod wiring;
 
 use std::process::ExitCode;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
-use kesoku_core::{MessageFilter, Status};
+use kesoku_core::{MemoryGauge, MessageFilter, Status};
 use serde_json::json;
 use tokio::io::AsyncBufReadExt;
 
@@ -115,11 +115,11 @@ async fn reported_memory(http: &reqwest::Client, base: &str) -> anyhow::Result<R
             .with_context(|| format!("/metrics has no `{name}`"))
     };
     Ok(Reported {
-        heap: gauge("kesoku_heap_live_bytes")?,
-        sqlite: gauge("kesoku_sqlite_memory_bytes")?,
-        history_cache: gauge("kesoku_history_cache_bytes")?,
-        dedup_ids: gauge("kesoku_listener_dedup_ids").unwrap_or(0),
-        dedup_table_bytes: gauge("kesoku_listener_dedup_table_bytes").unwrap_or(0),
+        heap: gauge(MemoryGauge::HeapLive.name())?,
+        sqlite: gauge(MemoryGauge::Sqlite.name())?,
+        history_cache: gauge(MemoryGauge::HistoryCache.name())?,
+        dedup_ids: gauge(MemoryGauge::ListenerDedupIds.name()).unwrap_or(0),
+        dedup_table_bytes: gauge(MemoryGauge::ListenerDedupTableBytes.name()).unwrap_or(0),
     })
 }
 

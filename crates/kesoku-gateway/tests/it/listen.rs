@@ -99,3 +99,37 @@ async fn claim_is_announced_only_to_the_winner() {
     let illegal = gateway.update_status(&posted.message.id, Status::Delivered).await;
     assert!(illegal.is_err(), "processing -> delivered is not in the table");
 }
+
+/// Each gateway reports what its own listeners' duplicate filters hold: two gateways in one
+/// process (as two services in one test binary, or a benchmark beside a service) do not see
+/// each other's listeners, and a listener's ids leave the count when it is dropped.
+#[tokio::test]
+async fn each_gateway_reports_its_own_listeners_memory() {
+    let (first, _first_db) = gateway(64).await;
+    let (second, _second_db) = gateway(64).await;
+    let session = SessionId::from("s1");
+    for n in 0..3 {
+        first.post(&user(&session, n)).await.expect("post");
+    }
+    for n in 0..7 {
+        second.post(&user(&session, n)).await.expect("post");
+    }
+    let mut first_listener = Box::pin(first.listen(MessageFilter::session(&session), ListenFrom::Current));
+    let mut second_listener = Box::pin(second.listen(MessageFilter::session(&session), ListenFrom::Current));
+    for _ in 0..3 {
+        next_with_timeout(&mut first_listener).await.expect("event").expect("ok");
+    }
+    for _ in 0..7 {
+        next_with_timeout(&mut second_listener).await.expect("event").expect("ok");
+    }
+    let (first_memory, second_memory) = (first.listener_memory(), second.listener_memory());
+    assert_eq!(first_memory.dedup_ids, 3, "{first_memory:?}");
+    assert_eq!(second_memory.dedup_ids, 7, "{second_memory:?}");
+    assert!(first_memory.dedup_table_bytes > 0 && second_memory.dedup_table_bytes > 0);
+    // A clone counts into its gateway's figures.
+    assert_eq!(first.clone().listener_memory(), first_memory);
+
+    drop(second_listener);
+    assert_eq!(second.listener_memory(), kesoku_gateway::ListenerMemory::default());
+    assert_eq!(first.listener_memory(), first_memory, "dropping another gateway's listener changed this one's");
+}

@@ -2,10 +2,10 @@
 //!
 //! `/metrics` renders the process's Prometheus recorder (where the agent counts turns by outcome,
 //! model latency and tokens, tool calls) and adds gauges read at scrape time: lane depths,
-//! running turns, messages in the open statuses, and memory: the resident set and its anonymous
-//! part (Linux), the bytes in live heap allocations (when the binary counts them), SQLite's own
-//! allocations and the history caches. The memory parts let an operator tell a bounded pool
-//! filling up from a leak.
+//! running turns, messages in the open statuses, and the memory report the binary's wiring
+//! gathers ([`kesoku_core::MemoryReport`]: the resident set, live heap, SQLite's allocations, the
+//! history cache, the listeners' duplicate filters). The memory parts let an operator tell a
+//! bounded pool filling up from a leak. This module measures no memory itself.
 
 use std::fmt::Write as _;
 
@@ -13,7 +13,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
-use kesoku_core::{Lane, MessageFilter, Status};
+use kesoku_core::{Lane, MemoryGauge, MemoryReport, MessageFilter, Status};
 
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::openapi::CommonErrors;
@@ -88,7 +88,9 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         }
         Err(error) => tracing::warn!(%error, "metrics: counting open messages failed"),
     }
-    write_memory(&mut text, state.heap_probe.and_then(|probe| probe()));
+    if let Some(probe) = &state.memory {
+        write_memory(&mut text, &probe());
+    }
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 
@@ -99,65 +101,11 @@ fn gauge(text: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(text, "{name} {value}");
 }
 
-fn write_memory(text: &mut String, heap_live: Option<u64>) {
-    if let Some((resident, anon)) = resident_memory() {
-        gauge(text, "process_resident_memory_bytes", "Resident memory size in bytes.", resident);
-        gauge(
-            text,
-            "kesoku_resident_anon_bytes",
-            "The anonymous part of the resident set (heaps, stacks); the rest are files' pages.",
-            anon,
-        );
+/// Every measured figure of `report` as a gauge.
+fn write_memory(text: &mut String, report: &MemoryReport) {
+    for figure in MemoryGauge::ALL {
+        if let Some(value) = report.get(figure) {
+            gauge(text, figure.name(), figure.help(), value);
+        }
     }
-    if let Some(bytes) = heap_live {
-        gauge(
-            text,
-            "kesoku_heap_live_bytes",
-            "Bytes in live Rust heap allocations (requested sizes, within 64 KiB per thread).",
-            bytes,
-        );
-    }
-    let store = kesoku_store::memory_usage();
-    gauge(
-        text,
-        "kesoku_sqlite_memory_bytes",
-        "Bytes SQLite has allocated (page caches, schemas, statements), all connections.",
-        store.sqlite_bytes,
-    );
-    gauge(
-        text,
-        "kesoku_sqlite_memory_highwater_bytes",
-        "The most bytes SQLite has had allocated at once.",
-        store.sqlite_highwater_bytes,
-    );
-    gauge(
-        text,
-        "kesoku_history_cache_bytes",
-        "Bytes (estimated) of decoded long histories kept between reads (at most 32 MiB).",
-        store.history_cache_bytes,
-    );
-    gauge(text, "kesoku_history_cache_sessions", "Long sessions whose history is kept.", store.history_cache_sessions);
-    let dedup = kesoku_gateway::dedup_usage();
-    gauge(
-        text,
-        "kesoku_listener_dedup_ids",
-        "Message ids held by the listeners' duplicate filters (each, those of its last 20,000 to 30,000 revisions).",
-        dedup.ids,
-    );
-    gauge(
-        text,
-        "kesoku_listener_dedup_table_bytes",
-        "Bytes of the listeners' duplicate-filter hash tables (a table grows and never shrinks).",
-        dedup.table_bytes,
-    );
-}
-
-/// `(VmRSS, RssAnon)` of this process in bytes, from `/proc/self/status` (Linux only).
-fn resident_memory() -> Option<(u64, u64)> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kib = |key: &str| -> Option<u64> {
-        let line = status.lines().find(|line| line.starts_with(key))?;
-        line[key.len()..].split_whitespace().next()?.parse::<u64>().ok().map(|kib| kib * 1024)
-    };
-    Some((kib("VmRSS:")?, kib("RssAnon:")?))
 }

@@ -28,7 +28,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::sql::{
     Arg, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query, orphaned_calls_query,
 };
-use crate::{Claim, MessageEvent, SessionFilter, Store};
+use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
 /// How often a session resolution that lost a race re-reads the winner.
 const RESOLVE_ATTEMPTS: usize = 3;
@@ -468,6 +468,10 @@ impl Store for PgStore {
             tx.rollback().await?;
         }
         Err(not_found("active session of", &format!("{chatbot_id}/{channel_id}")))
+    }
+    /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
+    fn memory(&self) -> StoreMemory {
+        StoreMemory::default()
     }
 }
 

@@ -28,11 +28,11 @@
 //! keeps nothing, instead of decoding a whole history into an entry on every read and evicting
 //! another one (a churn that grew the resident set of a long soak).
 //!
-//! The cache knows no SQL beyond the revision query: the rows come through a [`RowReader`].
+//! The cache knows no SQL beyond the revision query: the rows come through a [`RowReader`]. What
+//! it holds is reported by its store ([`HistoryCache::kept`]), not counted process-wide.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kesoku_core::{Message, SessionId};
 use rusqlite::{Connection, params};
@@ -134,56 +134,18 @@ fn estimated_bytes(message: &Message) -> usize {
         + 24 // its `positions` slot
 }
 
-/// The cache; shared by the reader threads.
+/// The cache of one store; shared by its reader threads.
 #[derive(Default)]
 pub(crate) struct HistoryCache {
     entries: Mutex<Entries>,
 }
 
+#[derive(Default)]
 struct Entries {
     by_session: HashMap<SessionId, Entry>,
     /// Long sessions read lately but not kept, most recent last (see the module's "Admission").
     ghosts: VecDeque<SessionId>,
     clock: u64,
-    /// Where what `by_session` holds is counted.
-    kept: &'static Kept,
-}
-
-impl Default for Entries {
-    fn default() -> Self {
-        Entries { by_session: HashMap::new(), ghosts: VecDeque::new(), clock: 0, kept: &KEPT }
-    }
-}
-
-/// Bytes (estimated) and sessions kept by history caches: the service's metrics report the
-/// process's ([`KEPT`]), so an operator (and the soak benchmark) can tell this bounded pool
-/// from a leak. Every change to an `Entries::by_session` goes through `take` or `put`, which
-/// keep these current; an entry being brought up to date by a reader is out of the map, and
-/// not counted, for that moment.
-#[derive(Default)]
-pub(crate) struct Kept {
-    bytes: AtomicUsize,
-    sessions: AtomicUsize,
-}
-
-/// What every history cache of the process keeps.
-pub(crate) static KEPT: Kept = Kept { bytes: AtomicUsize::new(0), sessions: AtomicUsize::new(0) };
-
-impl Kept {
-    /// `(bytes, sessions)`.
-    pub(crate) fn get(&self) -> (usize, usize) {
-        (self.bytes.load(Ordering::Relaxed), self.sessions.load(Ordering::Relaxed))
-    }
-
-    fn count_in(&self, entry: &Entry) {
-        self.bytes.fetch_add(entry.bytes, Ordering::Relaxed);
-        self.sessions.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn count_out(&self, entry: &Entry) {
-        self.bytes.fetch_sub(entry.bytes, Ordering::Relaxed);
-        self.sessions.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 /// How [`HistoryCache::read`] reads rows: everything of a session, or what changed since a revision.
@@ -249,6 +211,12 @@ impl HistoryCache {
         Ok(messages)
     }
 
+    /// `(bytes, sessions)` kept now, for the store's memory report. An entry being brought up
+    /// to date by a reader is out of the map, and not counted, for that moment.
+    pub(crate) fn kept(&self) -> (usize, usize) {
+        self.lock().kept()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -256,16 +224,16 @@ impl HistoryCache {
 
 impl Entries {
     fn take(&mut self, session_id: &SessionId) -> Option<Entry> {
-        let entry = self.by_session.remove(session_id)?;
-        self.kept.count_out(&entry);
-        Some(entry)
+        self.by_session.remove(session_id)
     }
 
     fn put(&mut self, session_id: SessionId, entry: Entry) {
-        self.kept.count_in(&entry);
-        if let Some(replaced) = self.by_session.insert(session_id, entry) {
-            self.kept.count_out(&replaced);
-        }
+        self.by_session.insert(session_id, entry);
+    }
+
+    /// `(bytes, sessions)` of what `by_session` holds.
+    fn kept(&self) -> (usize, usize) {
+        (self.by_session.values().map(|entry| entry.bytes).sum(), self.by_session.len())
     }
 
     /// Whether a long session read whole should be kept: yes when it was read lately (it is a
@@ -284,8 +252,8 @@ impl Entries {
 
     fn evict(&mut self) {
         loop {
-            let bytes: usize = self.by_session.values().map(|entry| entry.bytes).sum();
-            if self.by_session.len() <= MAX_SESSIONS && bytes <= MAX_BYTES {
+            let (bytes, sessions) = self.kept();
+            if sessions <= MAX_SESSIONS && bytes <= MAX_BYTES {
                 return;
             }
             let oldest = self.by_session.iter().min_by_key(|(_, entry)| entry.last_read).map(|(id, _)| id.clone());
@@ -295,14 +263,6 @@ impl Entries {
                 }
                 None => return,
             }
-        }
-    }
-}
-
-impl Drop for Entries {
-    fn drop(&mut self) {
-        for entry in self.by_session.values() {
-            self.kept.count_out(entry);
         }
     }
 }
@@ -422,9 +382,7 @@ mod tests {
 
     #[test]
     fn what_is_kept_is_counted_until_it_leaves() {
-        let kept: &'static Kept = Box::leak(Box::default());
         let mut entries = Entries::default();
-        entries.kept = kept;
         let entry = |index: usize, content: &str| {
             let mut entry = Entry::new(1, vec![row(&format!("m{index}"), (1, 0, 0, 1), content)]);
             entry.last_read = index as u64;
@@ -434,17 +392,15 @@ mod tests {
         for index in 0..MAX_SESSIONS + 2 {
             entries.put(SessionId::from(format!("s{index}").as_str()), entry(index, &"x".repeat(index)));
         }
-        assert_eq!(kept.get(), (sizes.iter().sum(), MAX_SESSIONS + 2));
+        assert_eq!(entries.kept(), (sizes.iter().sum(), MAX_SESSIONS + 2));
         // A newer copy replaces the old one: counted once.
         entries.put(SessionId::from("s0"), entry(0, "a longer history now"));
         let replaced = entry(0, "a longer history now").bytes;
-        assert_eq!(kept.get().0, sizes.iter().sum::<usize>() - sizes[0] + replaced);
+        assert_eq!(entries.kept().0, sizes.iter().sum::<usize>() - sizes[0] + replaced);
         entries.evict();
         let left: usize = entries.by_session.values().map(|entry| entry.bytes).sum();
-        assert_eq!(kept.get(), (left, MAX_SESSIONS));
+        assert_eq!(entries.kept(), (left, MAX_SESSIONS));
         let taken = entries.take(&SessionId::from(format!("s{}", MAX_SESSIONS + 1).as_str())).expect("kept").bytes;
-        assert_eq!(kept.get(), (left - taken, MAX_SESSIONS - 1));
-        drop(entries);
-        assert_eq!(kept.get(), (0, 0), "a closed store's cache still counted");
+        assert_eq!(entries.kept(), (left - taken, MAX_SESSIONS - 1));
     }
 }

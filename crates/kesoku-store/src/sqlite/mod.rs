@@ -20,11 +20,11 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OpenFlags, params};
 
-use crate::Footprint;
 use crate::clock::Clock;
 use crate::common::OpenMode;
 use crate::error::{StoreError, StoreResult};
 use crate::migrate::{self, Inspection, VERSION_TABLE, Verdict};
+use crate::{Footprint, SqliteMemory};
 
 mod checkpoint;
 mod engine;
@@ -276,14 +276,31 @@ fn describe(location: &str) -> String {
     format!("`{location}`")
 }
 
-/// `(bytes allocated now, most allocated at once)` by SQLite in this process.
+/// What the SQLite library has allocated in this process (see [`SqliteMemory`]).
 #[allow(unsafe_code)]
-pub(crate) fn sqlite_memory() -> (u64, u64) {
+pub fn sqlite_library_memory() -> SqliteMemory {
     // SAFETY: both functions take no pointers and only read SQLite's global counters (kept
     // under its own mutex since the library is built with SQLITE_DEFAULT_MEMSTATUS on); they
     // are callable at any time, before or after any connection opens; the argument 0 asks not
     // to reset the high-water mark.
     let (used, highwater) =
         unsafe { (rusqlite::ffi::sqlite3_memory_used(), rusqlite::ffi::sqlite3_memory_highwater(0)) };
-    (u64::try_from(used).unwrap_or(0), u64::try_from(highwater).unwrap_or(0))
+    SqliteMemory { bytes: u64::try_from(used).unwrap_or(0), highwater_bytes: u64::try_from(highwater).unwrap_or(0) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SQLite's own allocations (connections' page caches, schemas, statements) are seen while
+    /// a store is open.
+    #[tokio::test]
+    async fn sqlites_allocations_are_reported() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(dir.path().join("kesoku.db")).await.expect("create");
+        let memory = sqlite_library_memory();
+        assert!(memory.bytes > 0, "{memory:?}");
+        assert!(memory.highwater_bytes >= memory.bytes, "{memory:?}");
+        store.close().await;
+    }
 }

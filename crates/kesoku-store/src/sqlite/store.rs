@@ -30,7 +30,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::sql::{
     Arg, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query, orphaned_calls_query,
 };
-use crate::{Claim, MessageEvent, SessionFilter, Store};
+use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
 /// The revision of a change made by one statement (which holds the write lock while reading it).
 const NEXT_REV: &str = "(SELECT COALESCE(MAX(rev), 0) + 1 FROM messages)";
@@ -471,6 +471,10 @@ impl Store for SqliteStore {
             })
             .await
     }
+    fn memory(&self) -> StoreMemory {
+        let (bytes, sessions) = self.history.kept();
+        StoreMemory { history_cache_bytes: bytes as u64, history_cache_sessions: sessions as u64 }
+    }
 }
 
 fn insert_session(conn: &Connection, session: &Session) -> StoreResult<()> {
@@ -548,28 +552,62 @@ mod tests {
         }
     }
 
-    /// The service's metrics see a kept long history and SQLite's own allocations.
-    #[tokio::test]
-    async fn a_kept_history_and_sqlites_memory_are_reported() {
-        use kesoku_core::SessionId;
-
-        let dir = tempfile::tempdir().expect("temp dir");
-        let store = SqliteStore::open(&dir.path().join("kesoku.db")).await.expect("create");
-        let session = SessionId::from("sess_reported");
-        let messages: Vec<Message> = (0..super::super::history_cache::MIN_MESSAGES + 10)
-            .map(|index| Message::user_text(&session, "cli", "local", "Chii", format!("message {index}")))
+    /// A long session written to `store` and read twice (kept from its second read on), with
+    /// `count` messages of about `size` bytes each.
+    async fn read_long_session(store: &SqliteStore, id: &str, count: usize, size: usize) -> Vec<Message> {
+        let session = SessionId::from(id);
+        let messages: Vec<Message> = (0..count)
+            .map(|index| Message::user_text(&session, "cli", "local", "Chii", format!("{index:0size$}")))
             .collect();
         store.insert_messages(&messages).await.expect("write a long session");
-        // Kept from its second read on (admission), counted while kept.
         for _ in 0..2 {
             assert_eq!(store.session_history(&session).await.expect("history").len(), messages.len());
         }
-        let usage = crate::memory_usage();
-        // Other tests of this process may keep histories too: at least this one is counted.
-        assert!(usage.history_cache_sessions >= 1, "{usage:?}");
-        let least = messages.len() * (std::mem::size_of::<Message>() + "message 100".len());
-        assert!(usage.history_cache_bytes >= least as u64, "{usage:?}: fewer than {least} bytes");
-        assert!(usage.sqlite_bytes > 0, "{usage:?}");
-        assert!(usage.sqlite_highwater_bytes >= usage.sqlite_bytes, "{usage:?}");
+        messages
+    }
+
+    /// The service's metrics see a kept long history.
+    #[tokio::test]
+    async fn a_kept_history_is_reported() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteStore::open(dir.path().join("kesoku.db")).await.expect("create");
+        assert_eq!(store.memory(), StoreMemory::default());
+        let count = super::super::history_cache::MIN_MESSAGES + 10;
+        let messages = read_long_session(&store, "sess_reported", count, 12).await;
+        let memory = store.memory();
+        assert_eq!(memory.history_cache_sessions, 1, "{memory:?}");
+        let least = messages.len() * (std::mem::size_of::<Message>() + 12);
+        assert!(memory.history_cache_bytes >= least as u64, "{memory:?}: fewer than {least} bytes");
+        store.close().await;
+    }
+
+    /// Two stores in one process each report what they keep, not a sum over the process.
+    #[tokio::test]
+    async fn each_store_reports_its_own_history_cache() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let small = SqliteStore::open(dir.path().join("small.db")).await.expect("create");
+        let large = SqliteStore::open(dir.path().join("large.db")).await.expect("create");
+        let idle = SqliteStore::open(dir.path().join("idle.db")).await.expect("create");
+        let count = super::super::history_cache::MIN_MESSAGES + 10;
+        read_long_session(&small, "sess_small", count, 10).await;
+        read_long_session(&large, "sess_large_1", count, 4_000).await;
+        read_long_session(&large, "sess_large_2", count, 4_000).await;
+        let (small_memory, large_memory) = (small.memory(), large.memory());
+        assert_eq!(small_memory.history_cache_sessions, 1, "{small_memory:?}");
+        assert_eq!(large_memory.history_cache_sessions, 2, "{large_memory:?}");
+        assert!(
+            large_memory.history_cache_bytes > 2 * count as u64 * 4_000,
+            "{large_memory:?}: less than the content it keeps"
+        );
+        assert!(
+            small_memory.history_cache_bytes < large_memory.history_cache_bytes / 4,
+            "small {small_memory:?}, large {large_memory:?}"
+        );
+        assert_eq!(idle.memory(), StoreMemory::default());
+        // A clone shares its store's cache, and reports the same.
+        assert_eq!(large.clone().memory(), large_memory);
+        for store in [small, large, idle] {
+            store.close().await;
+        }
     }
 }

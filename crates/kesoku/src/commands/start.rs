@@ -267,7 +267,7 @@ async fn start_http(
         workspace,
     )
     .with_metrics(metrics)
-    .with_heap_probe(|| Some(kesoku_alloc::live_bytes()));
+    .with_memory(crate::memory::probe(std::sync::Arc::clone(&handle.store), gateway.clone()));
     if let Some(token) = token {
         state = state.with_token(token);
     }
