@@ -51,12 +51,61 @@ impl Limits {
 }
 
 /// `[limits.interactive]`, `[limits.responsive]`, `[limits.background]`.
+///
+/// In the file every key of a lane's table is optional: a key left out keeps that lane's
+/// default ([`Limits::default_for`]), so `[limits.interactive]` with only `tool_calls = 2` is
+/// the interactive defaults with two tool calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(from = "LaneLimitsFile")]
 pub struct LaneLimits {
     pub interactive: Option<Limits>,
     pub responsive: Option<Limits>,
     pub background: Option<Limits>,
+}
+
+/// `[limits]` as written in the file.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LaneLimitsFile {
+    #[serde(default)]
+    interactive: Option<LimitsFile>,
+    #[serde(default)]
+    responsive: Option<LimitsFile>,
+    #[serde(default)]
+    background: Option<LimitsFile>,
+}
+
+/// One lane's table as written: the keys set, each replacing the lane's default.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    #[serde(default)]
+    runtime_s: Option<u64>,
+    #[serde(default)]
+    model_calls: Option<u32>,
+    #[serde(default)]
+    tool_calls: Option<u32>,
+}
+
+impl LimitsFile {
+    fn over(self, lane: Lane) -> Limits {
+        let default = Limits::default_for(lane);
+        Limits {
+            runtime_s: self.runtime_s.unwrap_or(default.runtime_s),
+            model_calls: self.model_calls.unwrap_or(default.model_calls),
+            tool_calls: self.tool_calls.unwrap_or(default.tool_calls),
+        }
+    }
+}
+
+impl From<LaneLimitsFile> for LaneLimits {
+    fn from(file: LaneLimitsFile) -> Self {
+        LaneLimits {
+            interactive: file.interactive.map(|limits| limits.over(Lane::Interactive)),
+            responsive: file.responsive.map(|limits| limits.over(Lane::Responsive)),
+            background: file.background.map(|limits| limits.over(Lane::Background)),
+        }
+    }
 }
 
 impl LaneLimits {

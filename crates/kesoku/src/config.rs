@@ -88,11 +88,16 @@ impl Default for WorkspaceSection {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpSection {
-    /// Address to listen on, e.g. `127.0.0.1:8787`.
+    /// Address to listen on. Default: `127.0.0.1:8787`.
+    #[serde(default = "default_listen")]
     pub listen: String,
     /// Environment variable holding the bearer token; required when `listen` is not loopback.
     #[serde(default)]
     pub token_env: Option<String>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:8787".into()
 }
 
 /// A `[models.NAME]` entry.
@@ -289,3 +294,6 @@ fn key_line(text: &str, section: &str, key: &str) -> usize {
     }
     0
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,184 @@
+//! Every table of `kesoku.toml` takes any subset of its keys: a key left out has its documented
+//! default. One case per table sets a single key and expects the configuration of an empty file
+//! with only that key changed.
+
+use std::path::Path;
+
+use kesoku_agent::Limits;
+use kesoku_chatbots::cron::{CronJob, CronJobConfig};
+use kesoku_core::Lane;
+use kesoku_llm::{ModelConfig, Provider, RetryPolicy, Timeouts};
+
+use super::{Config, HttpSection, ModelEntry};
+
+const PATH: &str = "/configs/kesoku.toml";
+
+fn parse(text: &str) -> Config {
+    match Config::parse(Path::new(PATH), text) {
+        Ok(config) => config,
+        Err(error) => panic!("`{text}` should parse: {error:#}"),
+    }
+}
+
+/// A table, the file setting one of its keys (plus the keys that name an entry, for entries),
+/// and what that changes in the configuration of an empty file.
+struct Case {
+    table: &'static str,
+    text: &'static str,
+    change: fn(&mut Config),
+}
+
+fn remote(provider: Provider, model: &str) -> ModelConfig {
+    ModelConfig::new(provider, model)
+}
+
+fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            table: "[workspace]",
+            text: "[workspace]\ndir = \"work\"\n",
+            change: |config| config.workspace_dir = Path::new("/configs/work").to_owned(),
+        },
+        Case { table: "[agent]", text: "[agent]\nmax_depth = 2\n", change: |config| config.agent.max_depth = 2 },
+        Case {
+            table: "[agent.compaction]",
+            text: "[agent.compaction]\nkeep_recent_turns = 9\n",
+            change: |config| config.agent.compaction.keep_recent_turns = 9,
+        },
+        Case {
+            table: "[limits.interactive]",
+            text: "[limits.interactive]\ntool_calls = 2\n",
+            change: |config| {
+                config.limits.interactive = Some(Limits { tool_calls: 2, ..Limits::default_for(Lane::Interactive) })
+            },
+        },
+        Case {
+            table: "[limits.responsive]",
+            text: "[limits.responsive]\nruntime_s = 60\n",
+            change: |config| {
+                config.limits.responsive = Some(Limits { runtime_s: 60, ..Limits::default_for(Lane::Responsive) })
+            },
+        },
+        Case {
+            table: "[limits.background]",
+            text: "[limits.background]\nmodel_calls = 3\n",
+            change: |config| {
+                config.limits.background = Some(Limits { model_calls: 3, ..Limits::default_for(Lane::Background) })
+            },
+        },
+        Case {
+            table: "[models.NAME]",
+            text: "[models.hosted]\nprovider = \"openai\"\nmodel = \"m\"\n",
+            change: |config| {
+                config.models.insert("hosted".into(), ModelEntry::Remote(remote(Provider::OpenAi, "m")));
+            },
+        },
+        Case {
+            table: "[models.NAME.timeouts]",
+            text: "[models.hosted]\nprovider = \"gemini\"\nmodel = \"m\"\n[models.hosted.timeouts]\nidle_seconds = 5\n",
+            change: |config| {
+                let model = ModelConfig {
+                    timeouts: Timeouts { idle_seconds: 5.0, ..Timeouts::default() },
+                    ..remote(Provider::Gemini, "m")
+                };
+                config.models.insert("hosted".into(), ModelEntry::Remote(model));
+            },
+        },
+        Case {
+            table: "[models.NAME.retry]",
+            text: "[models.hosted]\nprovider = \"anthropic\"\nmodel = \"m\"\n[models.hosted.retry]\nmax_attempts = 1\n",
+            change: |config| {
+                let model = ModelConfig {
+                    retry: RetryPolicy { max_attempts: 1, ..RetryPolicy::default() },
+                    ..remote(Provider::Anthropic, "m")
+                };
+                config.models.insert("hosted".into(), ModelEntry::Remote(model));
+            },
+        },
+        Case {
+            table: "[models.NAME] (local)",
+            text: "[models.small]\nprovider = \"local\"\npath = \"m.gguf\"\n",
+            change: |config| {
+                let model = kesoku_local::LocalModelConfig::new("/configs/m.gguf");
+                config.models.insert("small".into(), ModelEntry::Local(model));
+            },
+        },
+        Case {
+            table: "[tools]",
+            text: "[tools]\nmax_concurrent_processes = 2\n",
+            change: |config| config.tools.max_concurrent_processes = 2,
+        },
+        Case {
+            table: "[tools.shell]",
+            text: "[tools.shell]\nkill_grace_s = 1\n",
+            change: |config| config.tools.shell.kill_grace_s = 1,
+        },
+        Case {
+            table: "[tools.files]",
+            text: "[tools.files]\nmax_read_chars = 2000\n",
+            change: |config| config.tools.files.max_read_chars = 2000,
+        },
+        Case {
+            table: "[service]",
+            text: "[service]\nshutdown_grace_s = 3\n",
+            change: |config| config.service.shutdown_grace_s = 3,
+        },
+        Case {
+            table: "[http]",
+            text: "[http]\ntoken_env = \"TOKEN\"\n",
+            change: |config| {
+                config.http = Some(HttpSection { listen: "127.0.0.1:8787".into(), token_env: Some("TOKEN".into()) });
+            },
+        },
+        Case {
+            table: "[[cron]]",
+            text: "[[cron]]\nname = \"daily\"\nschedule = \"@daily\"\nprompt = \"report\"\nchannel = \"ops\"\n",
+            change: |config| {
+                let job = CronJob::parse(CronJobConfig {
+                    name: "daily".into(),
+                    schedule: "@daily".into(),
+                    prompt: "report".into(),
+                    chatbot: "api".into(),
+                    channel: "ops".into(),
+                    timezone: None,
+                    catch_up: true,
+                });
+                config.cron.push(job.expect("a valid job"));
+            },
+        },
+    ]
+}
+
+#[test]
+fn every_table_takes_one_key_and_defaults_the_rest() {
+    // Every table is tried before failing, so one run names every table with the defect.
+    let mut failures = Vec::new();
+    for case in cases() {
+        let mut expected = parse("");
+        (case.change)(&mut expected);
+        match Config::parse(Path::new(PATH), case.text) {
+            // The whole configuration is compared: no other key may move.
+            Ok(parsed) if format!("{parsed:#?}") == format!("{expected:#?}") => {}
+            Ok(parsed) => failures.push(format!("{}: got {parsed:#?}\nexpected {expected:#?}", case.table)),
+            Err(error) => failures.push(format!("{}: {error:#}", case.table)),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_documented_lane_defaults_fill_a_partial_lane() {
+    // The values the template and README document for `[limits.interactive]`.
+    let config = parse("[limits.interactive]\ntool_calls = 2\n");
+    assert_eq!(config.limits.for_lane(Lane::Interactive), Limits { runtime_s: 900, model_calls: 40, tool_calls: 2 });
+    assert_eq!(config.limits.for_lane(Lane::Background), Limits::default_for(Lane::Background));
+}
+
+#[test]
+fn an_unknown_key_in_a_limits_table_is_still_an_error_naming_its_line() {
+    let error = Config::parse(Path::new(PATH), "[limits.interactive]\ntool_call = 2\n")
+        .err()
+        .map(|error| format!("{error:#}"))
+        .unwrap_or_default();
+    assert!(error.contains("kesoku.toml:2:1: unknown field `tool_call`"), "{error}");
+}
