@@ -1,9 +1,9 @@
 //! The runtime: the [`Agent`] handle, its configured models, and the tasks it runs (intake,
 //! stop signals, the worker pool) until shutdown.
 //!
-//! Its jobs live in their own modules: [`intake`] (message → activation → lane), [`worker`]
-//! (claim, heartbeat, access check, run, resolve the root's status), [`compact`] (automatic and
-//! manual compaction), [`recovery`] (work of dead processes at start-up) and [`model_log`] (the
+//! Its jobs live in their own modules: `intake` (message → activation → lane), `worker`
+//! (claim, heartbeat, access check, run, resolve the root's status), `compact` (automatic and
+//! manual compaction), `recovery` (work of dead processes at start-up) and `model_log` (the
 //! per-session model log of debug mode).
 //!
 //! One worker runs a session at a time (the queue hands a session to one worker until its lease
