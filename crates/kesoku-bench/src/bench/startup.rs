@@ -156,11 +156,7 @@ pub fn rows(measured: &Measured) -> Vec<Row> {
             mib(measured.peak_rss_median),
             "≤ 12 MB",
             Verdict::of(measured.peak_rss_median <= 12 * 1000 * 1000),
-            format!(
-                "median of runs; largest {}; {}",
-                mib(measured.peak_rss_max),
-                crate::binaries::symbol_order_note(&measured.binary)
-            ),
+            format!("median of runs; largest {}", mib(measured.peak_rss_max)),
         ),
     ]
 }
