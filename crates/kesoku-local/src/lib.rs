@@ -33,7 +33,7 @@ mod tokenizer;
 mod tool_calls;
 
 pub use chat::{ChatMessage, ChatPrompt, ChatRole, ToolCall, ToolSpec};
-pub use config::{DEFAULT_CONTEXT_WINDOW, LocalModelConfig};
+pub use config::{DEFAULT_CONTEXT_WINDOW, LocalModelConfig, SMALL_MODEL_SYSTEM_PROMPT};
 pub use engine::{
     Completion, FinishReason, Generation, GenerationEvent, GenerationParams, GenerationStats, LocalModel,
     LocalModelInfo,

@@ -20,8 +20,20 @@ fn model_path() -> Option<String> {
     }
 }
 
+/// The local model with its defaults: the small-model profile (no tools, the short system
+/// prompt, greedy sampling).
 fn local_config(path: &str) -> String {
-    format!("[models.local]\nprovider = \"local\"\npath = \"{path}\"\ntemperature = 0.0\nmax_output_tokens = 96\n")
+    format!("[models.local]\nprovider = \"local\"\npath = \"{path}\"\n")
+}
+
+/// The answer to "What is 25 + 15?" is about that sum and stops by itself: it names the sum
+/// (SmolLM2-135M, greedy, says "25 + 15 = 30" whatever the prompt: the model's arithmetic, not
+/// the prompt, so the right figure is not asserted) and is a few lines, not a ramble to the
+/// output cap.
+fn assert_on_topic(answer: &str) {
+    let answer = answer.trim();
+    assert!(answer.contains("40") || answer.contains("25 + 15"), "about the question: {answer:?}");
+    assert!(answer.len() <= 300, "a short answer, not a ramble: {answer:?}");
 }
 
 async fn history(workspace: &Workspace) -> Vec<Message> {
@@ -45,7 +57,7 @@ async fn the_main_job_answers_with_the_local_model_and_no_key() {
     assert_eq!(messages[0].status, Status::Processed);
     let answer = messages.iter().rev().find(|m| m.role == Role::Assistant && m.message_type == MessageType::Text);
     let answer = answer.expect("a final answer");
-    assert!(!answer.content.trim().is_empty());
+    assert_on_topic(&answer.content);
     assert!(out.contains(answer.content.trim().lines().next().unwrap_or_default()), "printed: {out}");
     assert!(answer.metadata.turn_metrics.as_ref().is_some_and(|m| m.context_tokens > 0), "real usage reported");
 }
@@ -53,7 +65,8 @@ async fn the_main_job_answers_with_the_local_model_and_no_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_turn_with_the_local_model_keeps_the_trajectory_shape() {
     let Some(path) = model_path() else { return };
-    let workspace = Workspace::with_config(&local_config(&path));
+    // The small-model profile offers no tools; this model is told it may use them.
+    let workspace = Workspace::with_config(&format!("{}tools = true\n", local_config(&path)));
     let init = workspace.run(&["init", "--no-model"], &[]).await;
     assert!(init.status.success(), "{}", stderr(&init));
     let prompt = "Use the run_shell_command tool to run `echo 40` and tell me what it printed.";
