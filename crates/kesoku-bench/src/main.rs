@@ -26,7 +26,8 @@ struct Args {
     /// A short run (seconds per measurement) instead of the full one.
     #[arg(long)]
     quick: bool,
-    /// Only these measurements (comma separated): overhead, throughput, history, startup, memory.
+    /// Only these measurements (comma separated): overhead, throughput, history, startup, memory,
+    /// first-answer.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Minutes of the memory soak (default: 1 with --quick, 10 otherwise).
@@ -37,6 +38,10 @@ struct Args {
     /// they are taken.
     #[arg(long, value_name = "FILE")]
     soak_samples: Option<std::path::PathBuf>,
+    /// The local model file for first-answer (default: `$KESOKU_TEST_LOCAL_MODEL`, else
+    /// `~/.cache/kesoku-models/SmolLM2-135M-Instruct.Q4_1.gguf`).
+    #[arg(long, value_name = "FILE")]
+    local_model: Option<std::path::PathBuf>,
     /// Also write the rows as JSON to this file.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -118,7 +123,7 @@ async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
             rows.extend(bench::history::rows(backend, &measured));
         }
     }
-    if args.wants("startup") || args.wants("memory") {
+    if args.wants("startup") || args.wants("memory") || args.wants("first-answer") {
         let Some(binary) = kesoku_bench::binaries::sibling("kesoku") else {
             anyhow::bail!(
                 "start-up and memory measure the real `kesoku` binary, which is not built next to this one: \
@@ -135,6 +140,23 @@ async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
             eprintln!("memory of `kesoku start` ({minutes} min soak) …");
             let measured = bench::memory::run(&binary, scale, minutes, args.soak_samples.as_deref()).await?;
             rows.extend(bench::memory::rows(&measured));
+        }
+        if args.wants("first-answer") {
+            match bench::first_answer::find_model(args.local_model.as_deref()) {
+                Some(model) => {
+                    eprintln!("first answer of the embedded default ({}) …", model.display());
+                    let measured = bench::first_answer::run(&binary, &model, scale).await?;
+                    rows.extend(bench::first_answer::rows(&measured));
+                }
+                None if args.only.is_empty() => eprintln!(
+                    "skipped first-answer: no local model file (pass --local-model, or run `kesoku models pull \
+                     smollm2 --dir ~/.cache/kesoku-models`)"
+                ),
+                None => anyhow::bail!(
+                    "first-answer needs the local model file: pass --local-model FILE, or run `kesoku models pull \
+                     smollm2 --dir ~/.cache/kesoku-models`"
+                ),
+            }
         }
     }
     Ok(rows)

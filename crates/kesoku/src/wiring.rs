@@ -143,17 +143,45 @@ pub fn build_agent(config: &Config, handle: &StoreHandle, gateway: Gateway, mode
     std::fs::create_dir_all(config.workspace_dir.join("sessions"))
         .with_context(|| format!("creating the workspace {}", config.workspace_dir.display()))?;
     let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
+    let answering = models.default_model();
+    let profile = Profile::of(config, answering.name());
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
         queue: Arc::new(MemoryQueue::default()),
         models,
-        tools: Arc::new(kesoku_tools::builtin_registry(&config.tools)),
+        tools: Arc::new(profile.tools),
         workspace,
-        config: config.agent.clone(),
+        config: profile.agent,
         limits: config.limits.clone(),
         intro,
     }))
+}
+
+/// What the agent offers the model that answers. A local model not configured with
+/// `tools = true` is a small one: it gets no tools and, unless `[agent] system_prompt` says
+/// otherwise, the short system prompt of `kesoku_local`, so its prompt is the question and
+/// little else. Every other model gets the configured tools and prompt.
+struct Profile {
+    tools: kesoku_tools::Registry,
+    agent: kesoku_agent::AgentConfig,
+}
+
+impl Profile {
+    fn of(config: &Config, answering: &str) -> Profile {
+        let mut agent = config.agent.clone();
+        match config.models.get(answering) {
+            Some(ModelEntry::Local(local)) if !local.tools => {
+                if agent.system_prompt.is_none() {
+                    agent.system_prompt = Some(kesoku_local::SMALL_MODEL_SYSTEM_PROMPT.to_owned());
+                }
+                Profile { tools: kesoku_tools::Registry::new(), agent }
+            }
+            Some(ModelEntry::Local(_) | ModelEntry::Remote(_)) | None => {
+                Profile { tools: kesoku_tools::builtin_registry(&config.tools), agent }
+            }
+        }
+    }
 }
 
 /// How often [`spawn_store_watch`] looks for changes made by other processes.
@@ -211,4 +239,82 @@ pub fn spawn_store_watch(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    //! What the agent sends the answering model, per profile: a whole turn on a real SQLite
+    //! store, the model scripted under the configured model's name.
+
+    #![allow(clippy::expect_used)]
+
+    use kesoku_core::{Message, Status};
+    use kesoku_llm::{Request, ScriptStep, ScriptedModel};
+
+    use super::*;
+
+    /// The request the agent sends for one user message, with `models` as the config's models
+    /// section and `agent` as its `[agent]` section.
+    async fn first_request(agent: &str, models: &str) -> Request {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("kesoku.toml");
+        let config = Config::parse(&path, &format!("[agent]\n{agent}\n{models}")).expect("config");
+        std::fs::create_dir_all(&config.workspace_dir).expect("workspace");
+        let handle = open_store(&config, true).await.expect("store");
+        let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
+        let model = ScriptedModel::new("local", vec![ScriptStep::text("40")]);
+        let models = ModelSet::single(Arc::new(model.clone()));
+        let agent = build_agent(&config, &handle, gateway.clone(), models).expect("agent");
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let runner = tokio::spawn({
+            let (agent, shutdown) = (agent.clone(), shutdown.clone());
+            async move { agent.run(shutdown, std::time::Duration::from_secs(1)).await }
+        });
+        let session = gateway.resolve_session("cli", "local").await.expect("session");
+        let message = Message::user_text(&session.id, "cli", "local", "user", "What is 25 + 15?");
+        gateway.post(&message).await.expect("post");
+        // Wait for the turn to end (the answer is scripted: it ends at once).
+        let mut status = Status::PendingAgent;
+        for _ in 0..500 {
+            status = gateway.store().get_message(&message.id).await.expect("read").expect("stored").status;
+            if status == Status::Processed {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        shutdown.cancel();
+        runner.await.expect("agent stops");
+        assert_eq!(status, Status::Processed);
+        let requests = model.requests();
+        assert_eq!(requests.len(), 1, "one model call");
+        requests.into_iter().next().expect("a request")
+    }
+
+    #[tokio::test]
+    async fn a_small_local_model_gets_no_tools_and_the_short_system_prompt() {
+        let local = "[models.local]\nprovider = \"local\"\npath = \"m.gguf\"\n";
+        let request = first_request("", local).await;
+        assert!(
+            request.tools.is_empty(),
+            "tools offered: {:?}",
+            request.tools.iter().map(|t| &t.name).collect::<Vec<_>>()
+        );
+        let short = kesoku_local::SMALL_MODEL_SYSTEM_PROMPT.replace("{name}", "Kesoku");
+        assert_eq!(request.system.as_deref(), Some(short.as_str()));
+
+        // A configured prompt is kept; the tools stay off.
+        let request = first_request("system_prompt = \"Be terse, {name}.\"", local).await;
+        assert!(request.tools.is_empty());
+        assert_eq!(request.system.as_deref(), Some("Be terse, Kesoku."));
+
+        // `tools = true`: the full agent, tools and built-in prompt.
+        let request = first_request("", &format!("{local}tools = true\n")).await;
+        let names: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert!(
+            request.system.as_deref().is_some_and(|s| s.starts_with("# System Instructions")),
+            "{:?}",
+            request.system
+        );
+    }
 }

@@ -1,6 +1,7 @@
-//! The five measurements of `kesoku-bench`, one module each, and what they share: building a
+//! The six measurements of `kesoku-bench`, one module each, and what they share: building a
 //! model against a mock server, and the report rows they produce.
 
+pub mod first_answer;
 pub mod history;
 pub mod memory;
 pub mod overhead;

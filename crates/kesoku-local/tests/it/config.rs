@@ -6,7 +6,10 @@ use kesoku_local::{LocalError, LocalModelConfig};
 fn defaults_apply_and_unknown_fields_are_rejected() -> Result<(), serde_json::Error> {
     let config: LocalModelConfig = serde_json::from_str(r#"{"path": "models/m.gguf", "seed": 3}"#)?;
     assert_eq!(config, LocalModelConfig { seed: Some(3), ..LocalModelConfig::new("models/m.gguf") });
-    assert_eq!(config.max_output_tokens, 512);
+    // The small-model profile: a short output cap, greedy sampling, no tools offered.
+    assert_eq!((config.max_output_tokens, config.temperature, config.tools), (256, 0.0, false));
+    let config: LocalModelConfig = serde_json::from_str(r#"{"path": "m.gguf", "tools": true}"#)?;
+    assert!(config.tools);
     let error = serde_json::from_str::<LocalModelConfig>(r#"{"path": "m.gguf", "temprature": 0.2}"#)
         .err()
         .map(|e| e.to_string())

