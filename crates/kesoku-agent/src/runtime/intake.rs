@@ -1,5 +1,6 @@
 //! Intake: each message that waits for the agent becomes an activation, recorded in the ledger
-//! and then queued on its lane, in the order the messages arrive.
+//! and then queued on its lane, in the order the messages arrive. No activation is queued
+//! before its ledger row is stored.
 
 use chrono::Utc;
 use futures::StreamExt;
@@ -7,7 +8,7 @@ use kesoku_broker::StopReason;
 use kesoku_core::activation::Trigger;
 use kesoku_core::{
     Activation, ActivationId, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Message, MessageFilter,
-    MessageType, Role, SessionKind, Status,
+    MessageId, MessageType, Role, SessionKind, Status,
 };
 use kesoku_gateway::ListenFrom;
 use tokio_util::sync::CancellationToken;
@@ -16,43 +17,74 @@ use super::{Agent, lock};
 use crate::config::QueueMode;
 use crate::error::AgentError;
 
+/// Ledger rows of up to this many waiting messages are written at once (the store commits them
+/// together); the messages are still queued in the order they arrived. One row at a time capped
+/// intake at one store round trip per message.
+const INTAKE_CONCURRENCY: usize = 64;
+
 impl Agent {
     /// Queue every message that waits for the agent, in the order they arrive. A message whose
     /// activation cannot be recorded or queued stays `pending_agent` for the next start.
     pub(super) async fn intake(&self, shutdown: CancellationToken) {
-        let gateway = self.inner.deps.gateway.clone();
-        let mut events = Box::pin(gateway.listen(MessageFilter::status(Status::PendingAgent), ListenFrom::Current));
+        let agent = self.clone();
+        let recorded = self
+            .inner
+            .deps
+            .gateway
+            .listen(MessageFilter::status(Status::PendingAgent), ListenFrom::Current)
+            .map(move |event| {
+                let agent = agent.clone();
+                async move {
+                    match event {
+                        Ok(event) => agent.record(event.message).await,
+                        Err(error) => {
+                            tracing::warn!(%error, "reading pending work failed; will catch up on the next event");
+                            Ok(None)
+                        }
+                    }
+                }
+            })
+            .buffered(INTAKE_CONCURRENCY);
+        let mut recorded = Box::pin(recorded);
         loop {
             let next = tokio::select! {
                 _ = shutdown.cancelled() => return,
-                next = events.next() => next,
+                next = recorded.next() => next,
             };
-            let message = match next {
+            let (message, activation) = match next {
                 None => return,
-                Some(Ok(event)) => event.message,
-                Some(Err(error)) => {
-                    tracing::warn!(%error, "reading pending work failed; will catch up on the next event");
+                Some(Ok(Some(recorded))) => recorded,
+                Some(Ok(None)) => continue,
+                Some(Err((message_id, error))) => {
+                    tracing::error!(%error, %message_id, "recording a message's activation failed; it stays pending");
+                    lock(&self.inner.queued).remove(&message_id);
                     continue;
                 }
             };
-            // A message announced again while its activation waits is not queued twice.
-            if !lock(&self.inner.queued).insert(message.id.clone()) {
-                continue;
-            }
-            if let Err(error) = self.enqueue(&message).await {
+            if let Err(error) = self.dispatch(&message, activation).await {
                 tracing::error!(%error, message_id = %message.id, "queueing a message failed; it stays pending");
                 lock(&self.inner.queued).remove(&message.id);
             }
         }
     }
 
-    /// Record the activation of `message` in the ledger, stop an older turn of the session when
-    /// the channel's mode says so, and queue the activation. The ledger row is stored before
-    /// anything can take the activation, so every run has its row, whichever process runs it.
-    async fn enqueue(&self, message: &Message) -> Result<(), AgentError> {
+    /// The activation of `message`, its ledger row stored; `None` when the message is queued
+    /// already (announced again while its activation waits).
+    async fn record(&self, message: Message) -> Result<Option<(Message, Activation)>, (MessageId, AgentError)> {
+        if !lock(&self.inner.queued).insert(message.id.clone()) {
+            return Ok(None);
+        }
+        let activation = self.activation_for(&message);
+        match self.inner.deps.ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await {
+            Ok(()) => Ok(Some((message, activation))),
+            Err(error) => Err((message.id, error.into())),
+        }
+    }
+
+    /// Stop an older turn of the session when the channel's mode says so, and queue the
+    /// activation (its ledger row is stored: every run has its row, whichever process runs it).
+    async fn dispatch(&self, message: &Message, activation: Activation) -> Result<(), AgentError> {
         let deps = &self.inner.deps;
-        let activation = self.activation_for(message);
-        deps.ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await?;
         let mode = deps.config.queue_mode_for(&message.chatbot_id, &message.channel_id);
         if is_human(message) && mode == QueueMode::Interrupt {
             deps.gateway.request_stop(&message.session_id, StopReason::NewerMessage, Some(&message.id)).await?;
