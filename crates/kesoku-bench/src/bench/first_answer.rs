@@ -85,7 +85,7 @@ pub async fn run(binary: &Path, model: &Path, scale: Scale) -> anyhow::Result<Me
         }
     }
     let (wall, cpu_time) = (Summary::of(&wall).context("no runs")?, Summary::of(&cpu_time).context("no runs")?);
-    Ok(Measured { wall, cpu_time, answer, on_topic, correct, runs, cpu: cpu_description() })
+    Ok(Measured { wall, cpu_time, answer, on_topic, correct, runs, cpu: crate::procfs::machine() })
 }
 
 async fn kesoku(binary: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<std::process::Output> {
@@ -97,20 +97,6 @@ async fn kesoku(binary: &Path, dir: &Path, args: &[&str]) -> anyhow::Result<std:
         .output()
         .await
         .with_context(|| format!("running kesoku {}", args.join(" ")))
-}
-
-/// "MODEL NAME, N cores" of this machine.
-fn cpu_description() -> String {
-    let name = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find_map(|line| line.strip_prefix("model name").and_then(|rest| rest.split_once(':')))
-                .map(|(_, name)| name.trim().to_owned())
-        })
-        .unwrap_or_else(|| "unknown CPU".to_owned());
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    format!("{name}, {cores} cores")
 }
 
 pub fn rows(measured: &Measured) -> Vec<Row> {
