@@ -10,10 +10,10 @@ use rusqlite::types::Value as SqlValue;
 
 use super::SqliteStore;
 use super::rows::{ledger_rows, sqlite_query, time_text};
-use crate::common::not_found;
+use crate::common::{delivery_failure_note, not_found};
 use crate::decode;
 use crate::error::StoreResult;
-use crate::sql::{Arg, LEDGER_COLUMNS, Query};
+use crate::sql::{Arg, ERROR_WITH_NOTE, LEDGER_COLUMNS, Query};
 use crate::{Ledger, LedgerFilter};
 
 #[async_trait]
@@ -135,6 +135,20 @@ impl Ledger for SqliteStore {
                  ORDER BY enqueued_at, id"
                 );
                 ledger_rows(conn, &text, &[])
+            })
+            .await
+    }
+
+    async fn record_delivery_failure(&self, root_message_id: &MessageId, reason: &str) -> StoreResult<()> {
+        let query = Query::with_args(
+            &format!("UPDATE activations SET error = {ERROR_WITH_NOTE} WHERE message_id = $1"),
+            vec![Arg::Text(root_message_id.as_str().to_owned()), Arg::Text(delivery_failure_note(reason))],
+        );
+        self.engine
+            .write(move |conn| {
+                let (text, values) = sqlite_query(&query);
+                conn.prepare_cached(&text)?.execute(rusqlite::params_from_iter(values))?;
+                Ok(())
             })
             .await
     }
