@@ -153,3 +153,28 @@ impl Ledger for SqliteStore {
             .await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The delivery-failure note finds a turn's rows through `activations_message` (migration
+    /// 6), not by reading the whole ledger.
+    #[tokio::test]
+    async fn a_delivery_failure_finds_its_rows_through_an_index() {
+        let store = SqliteStore::open_in_memory().await.expect("open");
+        let text = format!("EXPLAIN QUERY PLAN UPDATE activations SET error = {ERROR_WITH_NOTE} WHERE message_id = ?1")
+            .replace('$', "?");
+        let plan = store.engine.with_writer(|conn| {
+            let mut statement = conn.prepare(&text).expect("explain");
+            let rows = statement
+                .query_map(params!["msg_root", "delivery failed: x"], |row| row.get::<_, String>(3))
+                .expect("plan")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("plan rows");
+            rows.join("; ")
+        });
+        assert!(plan.contains("USING INDEX activations_message (message_id=?)"), "{plan}");
+        store.close().await;
+    }
+}
