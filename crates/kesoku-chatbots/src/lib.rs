@@ -20,6 +20,7 @@
 pub mod cli;
 pub mod commands;
 pub mod cron;
+pub mod discord;
 
 use std::pin::pin;
 
