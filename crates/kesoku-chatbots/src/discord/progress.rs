@@ -341,6 +341,16 @@ impl Progress {
         let mut turns = self.turns();
         // A root that ended here and runs again (recovered after a crash, spec §4.4) is shown again.
         turns.ended.retain(|id| id != &root.id);
+        // A session runs one turn at a time: an earlier turn of it whose end this instance
+        // missed has ended, and must not keep the channel typing for the rest of its cap.
+        for (other, turn) in turns.running.iter_mut() {
+            if other != &root.id
+                && turn.status.session_id() == &root.session_id
+                && let Some(typing) = turn.typing.take()
+            {
+                typing.cancel();
+            }
+        }
         let turn = turns.running.entry(root.id.clone()).or_insert_with(|| Turn::new(channel, root.session_id.clone()));
         if turn.typing.is_none() {
             turn.typing = Some(self.start_typing(channel));
@@ -912,6 +922,20 @@ mod tests {
         pass(120).await;
         assert_eq!(discord.typing_count(), 3, "no typing after the answer");
         assert_eq!(discord.seen(), vec![], "a turn that showed no step posts no status message");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_turn_of_the_session_stops_the_typing_of_the_previous_one() {
+        let (discord, _memory, progress) = setup();
+        let first = spec::root_in("msg_user_1", "sess_1", "111");
+        let second = spec::root_in("msg_user_2", "sess_1", "222");
+        progress.on_turn(&spec::with_status(first, Status::Processing)).await.expect("first");
+        pass(9).await;
+        progress.on_turn(&spec::with_status(second, Status::Processing)).await.expect("second");
+        pass(20).await;
+        let in_first = discord.calls().iter().filter(|call| **call == Call::Typing { channel: 111 }).count();
+        let in_second = discord.calls().iter().filter(|call| **call == Call::Typing { channel: 222 }).count();
+        assert_eq!((in_first, in_second), (2, 3), "the first turn's channel stopped typing at 9 s");
     }
 
     #[tokio::test(start_paused = true)]
