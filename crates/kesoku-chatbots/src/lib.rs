@@ -16,7 +16,7 @@
 //! - [`control`]: stop / clear / compact, shared by the chat [`commands`] and the HTTP API;
 //! - [`staging`]: where people's files go.
 //!
-//! Platforms: [`cli`] (the terminal) and [`cron`] (scheduled prompts). It deliberately knows no
+//! Platforms: [`cli`] (the terminal), [`discord`] and [`cron`] (scheduled prompts). It deliberately knows no
 //! agent internals, reads no environment and no config file, and owns no line editor.
 
 pub mod answer;
@@ -29,6 +29,7 @@ pub mod conformance;
 pub mod control;
 pub mod cron;
 pub mod delivery;
+pub mod discord;
 pub mod ingest;
 pub mod staging;
 
