@@ -83,6 +83,10 @@ pub struct Metadata {
     pub is_compaction: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discord_message_id: Option<String>,
+    /// Set on a user message by a chatbot whose channel asks for a model other than the
+    /// default (`[[chatbots.discord.channels]] model`): the `[models.NAME]` that answers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// Set on a compaction summary message: the range of turns it replaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_summary: Option<CompactionSummary>,
@@ -144,6 +148,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 Key::CronJob => metadata.cron_job = map.next_value()?,
                 Key::IsCompaction => metadata.is_compaction = map.next_value()?,
                 Key::DiscordMessageId => metadata.discord_message_id = map.next_value()?,
+                Key::Model => metadata.model = map.next_value()?,
                 Key::CompactionSummary => metadata.compaction_summary = map.next_value()?,
                 Key::Other(name) => {
                     let value: Value = map.next_value()?;
@@ -169,6 +174,7 @@ enum Key {
     CronJob,
     IsCompaction,
     DiscordMessageId,
+    Model,
     CompactionSummary,
     Other(String),
 }
@@ -188,6 +194,7 @@ impl Key {
             "cron_job" => Key::CronJob,
             "is_compaction" => Key::IsCompaction,
             "discord_message_id" => Key::DiscordMessageId,
+            "model" => Key::Model,
             "compaction_summary" => Key::CompactionSummary,
             _ => return None,
         })

@@ -248,6 +248,19 @@ impl Agent {
         Ok(position.is_some_and(|p| waiting[p + 1..].iter().any(is_human)))
     }
 
+    /// The model that answers `root`: the one its chatbot's channel asked for
+    /// (`metadata.model`), else the default. An unknown name is logged and the default answers.
+    fn model_for(&self, root: &Message) -> Arc<dyn kesoku_llm::Model> {
+        let models = &self.inner.deps.models;
+        match root.metadata.model.as_deref() {
+            Some(name) => models.get(name).unwrap_or_else(|| {
+                tracing::warn!(model = name, message_id = %root.id, "the channel asks for a model that is not configured; the default answers");
+                models.default_model()
+            }),
+            None => models.default_model(),
+        }
+    }
+
     async fn run_claimed(
         &self,
         activation: &Activation,
@@ -267,7 +280,7 @@ impl Agent {
             return Ok((Outcome::Failed, Some(detail), Usage::default()));
         }
         let limits = deps.limits.for_lane(activation.lane);
-        let context = ActivationContext::derive(activation, limits, deps.models.default_model());
+        let context = ActivationContext::derive(activation, limits, self.model_for(&root));
         let history = compaction::apply_summaries(history?);
         let history = self.compact_if_needed(&context, &root, history).await?;
         let staging_dir = self.session_dir(&root.session_id);
