@@ -13,17 +13,12 @@
 
 use std::borrow::Cow;
 
-use async_trait::async_trait;
-use chrono::Utc;
 use kesoku_core::{Message, MessageFilter, MessageType, Role, Session, SessionId, Status};
 use kesoku_gateway::Gateway;
 use kesoku_store::SessionFilter;
 
 use crate::ChatbotError;
-
-/// What the user posts when they run `/compact` (the Manual Compaction Trigger's content).
-pub const COMPACTION_REQUEST: &str =
-    "[System Notification] The user manually requested compaction of the conversation history.";
+pub use crate::control::{COMPACTION_REQUEST, SessionControl, StopAck, TurnStop};
 
 /// Most sessions `/sessions` lists.
 const SESSIONS_SHOWN: u32 = 20;
@@ -115,32 +110,6 @@ pub fn message_text(text: &str) -> Cow<'_, str> {
         Some(rest) => Cow::Owned(format!("/{rest}")),
         None => Cow::Borrowed(text),
     }
-}
-
-/// What a stop request achieved.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StopAck {
-    /// Whether the running turn (if any) was asked to stop. `false` with a reason when this
-    /// process cannot reach the worker running it.
-    pub turn: TurnStop,
-    /// Messages of the session that were waiting and are now `interrupted`.
-    pub interrupted_waiting: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TurnStop {
-    /// The runtime was asked to stop the session's turn (wherever it runs, if any runs).
-    Requested,
-    /// The turn cannot be stopped from here; the reason says why and what to do.
-    Unreachable(String),
-}
-
-/// Stopping a session's turn: what only the runtime can do.
-#[async_trait]
-pub trait SessionControl: Send + Sync {
-    /// Stop the session's running turn (its message becomes `interrupted`) and interrupt its
-    /// messages still waiting for a worker.
-    async fn stop_session(&self, session_id: &SessionId) -> Result<StopAck, ChatbotError>;
 }
 
 /// Where a command runs: the channel it came from and the session that channel talks to.
@@ -286,10 +255,7 @@ async fn stop(context: &CommandContext<'_>) -> Result<CommandReply, ChatbotError
 }
 
 async fn clear(context: &CommandContext<'_>) -> Result<CommandReply, ChatbotError> {
-    let store = context.gateway.store();
-    let session = Session::new(context.chatbot_id, context.channel_id, Utc::now());
-    store.create_session(&session).await?;
-    store.set_active_session(context.chatbot_id, context.channel_id, &session.id).await?;
+    let session = context.control.clear_session(context.gateway, context.chatbot_id, context.channel_id).await?;
     Ok(CommandReply {
         text: format!(
             "Started a new session `{}`. The previous one, `{}`, is kept (see /sessions).",
@@ -300,9 +266,10 @@ async fn clear(context: &CommandContext<'_>) -> Result<CommandReply, ChatbotErro
 }
 
 async fn compact(context: &CommandContext<'_>) -> Result<CommandReply, ChatbotError> {
-    let trigger =
-        Message::compaction_trigger(context.session_id, context.chatbot_id, context.channel_id, COMPACTION_REQUEST);
-    context.gateway.post(&trigger).await?;
+    let trigger = context
+        .control
+        .compact_session(context.gateway, context.session_id, context.chatbot_id, context.channel_id)
+        .await?;
     Ok(CommandReply {
         text: "Compaction requested: the agent will summarise this session's history.".to_owned(),
         effect: CommandEffect::CompactionRequested(Box::new(trigger)),

@@ -1,34 +1,50 @@
 //! Chatbots: where messages meet people.
 //!
 //! A chatbot is the platform end of the message flow (spec §4): it posts what people say as
-//! `pending_agent` messages through the gateway, and it delivers what the agent writes for its
-//! `chatbot_id` — final answers and notifications (`pending`), and on chatbots with a UI the
-//! intermediate steps (`responded` thoughts, tool calls and results) — then marks each
-//! `delivered`. This crate holds:
+//! `pending_agent` messages, and it delivers what the agent writes for its `chatbot_id` —
+//! final answers and notifications (`pending`), and on chatbots with a UI the intermediate
+//! steps (`responded` thoughts, tool calls and results) — then marks each `delivered`.
 //!
-//! - the [`Chatbot`] seam every platform adapter implements, and the one delivery routine
-//!   ([`deliver`], [`run_delivery`]) that decides what awaits delivery and marks it delivered;
-//! - [`commands`]: the chat commands every chatbot shares (`/help`, `/status`, `/stop`,
-//!   `/clear`, `/compact`, `/sessions`), parsed and executed over the gateway;
-//! - [`cli`]: the terminal chatbot — coloured panels, Markdown answers, a spinner, plain output
-//!   when there is no terminal — and the follower that renders one turn as it happens.
+//! The seam every platform plugs into:
 //!
-//! It deliberately knows no agent internals (stopping a turn goes through the small
-//! [`commands::SessionControl`] trait), reads no environment and no config file, and owns no
-//! line editor: the binary decides the render mode and runs the prompt.
+//! - [`ingest`]: the one way a message enters (session, checks, staged files, dedup of
+//!   platform events), and [`ingest::Access`], the admission rules platforms share;
+//! - [`Chatbot`] + [`Capabilities`]: what a platform implements and declares;
+//! - [`delivery`]: the one routine that shows messages, sends final texts in parts
+//!   ([`answer`], [`chunk`]) effectively once with a record per part, retries transient
+//!   failures and settles permanent ones;
+//! - [`control`]: stop / clear / compact, shared by the chat [`commands`] and the HTTP API;
+//! - [`staging`]: where people's files go.
+//!
+//! Platforms: [`cli`] (the terminal), [`discord`] and [`cron`] (scheduled prompts). It deliberately knows no
+//! agent internals, reads no environment and no config file, and owns no line editor.
 
+pub mod answer;
+pub mod capabilities;
+pub mod chunk;
 pub mod cli;
 pub mod commands;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod control;
 pub mod cron;
+pub mod delivery;
+pub mod discord;
+pub mod ingest;
+pub mod staging;
 
-use std::pin::pin;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use futures::StreamExt;
-use kesoku_core::{Message, MessageFilter, Status};
-use kesoku_gateway::{Gateway, GatewayError, ListenFrom};
+pub use capabilities::Capabilities;
+pub use delivery::{Delivered, Deliverer, RetryPolicy, run_delivery};
+pub use ingest::{Inbound, IngestError, Ingested, ingest};
+use kesoku_core::DeliveryRecord;
+use kesoku_core::Message;
+use kesoku_gateway::GatewayError;
 use kesoku_store::StoreError;
-use tokio_util::sync::CancellationToken;
+
+use crate::answer::OutboundPart;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChatbotError {
@@ -36,17 +52,36 @@ pub enum ChatbotError {
     Gateway(#[from] GatewayError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Ingest(#[from] IngestError),
     /// The platform refused or could not be reached; the message stays undelivered.
     #[error("chatbot `{chatbot_id}` could not deliver a message: {reason}")]
     Platform { chatbot_id: String, reason: String },
     #[error("writing to the terminal failed: {0}")]
     Terminal(#[from] std::io::Error),
-    /// Stopping a session's turn failed (the control behind [`commands::SessionControl`]).
+    /// Stopping a session's turn failed (the control behind [`control::SessionControl`]).
     #[error("stopping the session failed: {0}")]
     Stop(String),
     /// The gateway's stream ended (its broker closed) before the awaited change arrived.
     #[error("the message stream closed before the turn ended: is the process shutting down?")]
     StreamClosed,
+}
+
+/// Why a platform call failed, as delivery needs to know it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryError {
+    /// Worth trying again (rate limit, server error, timeout, connection lost).
+    #[error("{reason}")]
+    Transient { reason: String, retry_after: Option<Duration> },
+    /// Trying again cannot help (the channel is gone, the bot was removed, the request is bad).
+    #[error("{reason}")]
+    Permanent { reason: String },
+}
+
+impl From<std::io::Error> for DeliveryError {
+    fn from(error: std::io::Error) -> Self {
+        DeliveryError::Transient { reason: error.to_string(), retry_after: None }
+    }
 }
 
 /// A platform adapter: shows the agent's messages for its `chatbot_id` to people.
@@ -55,60 +90,27 @@ pub trait Chatbot: Send + Sync {
     /// The `chatbot_id` of the messages this chatbot posts and delivers (`cli`, `discord`, …).
     fn chatbot_id(&self) -> &str;
 
-    /// Show one message that [`awaits_delivery`]. A chatbot that does not show a kind of
-    /// message (a platform without UI skips thoughts and tool steps, spec §4.3) returns
-    /// `Ok(())`: skipping is its way of delivering. An error leaves the message undelivered.
-    async fn present(&self, message: &Message) -> Result<(), ChatbotError>;
-}
+    /// What the platform can show.
+    fn capabilities(&self) -> Capabilities;
 
-/// Whether a chatbot still has to deliver `message` ([`Message::awaits_delivery`]: the rule is
-/// the same for every chatbot, the HTTP API's included).
-pub fn awaits_delivery(message: &Message) -> bool {
-    message.awaits_delivery()
-}
+    /// Show one step of a running turn (a thought, tool call or tool result). Called only when
+    /// [`Capabilities::shows_intermediates`]; `Ok` means shown, then it is marked `delivered`.
+    async fn show_step(&self, step: &Message) -> Result<(), DeliveryError>;
 
-/// Present `message` through `chatbot` if it is the chatbot's and awaits delivery, then mark
-/// it `delivered`. Returns whether it was presented.
-///
-/// The mark is a compare-and-set from `pending`/`responded`: when it loses (another deliverer
-/// was faster, or an interruption closed an unfinished tool call meanwhile) nothing is wrong.
-pub async fn deliver(gateway: &Gateway, chatbot: &dyn Chatbot, message: &Message) -> Result<bool, ChatbotError> {
-    if message.chatbot_id != chatbot.chatbot_id() || !awaits_delivery(message) {
-        return Ok(false);
+    /// Send one part of a final text or notification; returns the platform's id for what was
+    /// sent. Must be effectively once for `part.key`: sending the same key again (after a crash
+    /// between sending and recording) must not show the part twice where the platform allows.
+    async fn send_part(&self, message: &Message, part: &OutboundPart) -> Result<String, DeliveryError>;
+
+    /// After every part of `message` was sent, recorded and the message marked `delivered`:
+    /// stop typing, fold the status, show the turn's metrics.
+    async fn on_delivered(&self, _message: &Message, _sent: &[DeliveryRecord]) -> Result<(), DeliveryError> {
+        Ok(())
     }
-    chatbot.present(message).await?;
-    let marked = gateway
-        .claim(&message.id, Status::Delivered, &[Status::Pending, Status::Responded], chatbot.chatbot_id())
-        .await?;
-    if marked.is_none() {
-        tracing::debug!(message_id = %message.id, "message was already delivered or closed meanwhile");
-    }
-    Ok(true)
-}
 
-/// Deliver every message of `chatbot` awaiting delivery — those stored now, then live ones —
-/// until `shutdown` fires or the broker closes. A failed delivery is logged and retried when
-/// the message is next heard of (at the latest on the next start, which reads the store).
-pub async fn run_delivery(gateway: Gateway, chatbot: &dyn Chatbot, shutdown: CancellationToken) {
-    let filter = MessageFilter::default()
-        .with_chatbot(chatbot.chatbot_id())
-        .with_statuses(&[Status::Pending, Status::Responded]);
-    let mut stream = pin!(gateway.listen(filter, ListenFrom::Current));
-    loop {
-        let next = tokio::select! {
-            () = shutdown.cancelled() => return,
-            next = stream.next() => next,
-        };
-        match next {
-            Some(Ok(event)) => {
-                if let Err(error) = deliver(&gateway, chatbot, &event.message).await {
-                    tracing::warn!(%error, chatbot_id = chatbot.chatbot_id(), message_id = %event.message.id, "delivery failed");
-                }
-            }
-            Some(Err(error)) => {
-                tracing::warn!(%error, chatbot_id = chatbot.chatbot_id(), "reading messages to deliver failed; catching up later");
-            }
-            None => return,
-        }
+    /// A turn's root message (a user-role message of this chatbot) changed status:
+    /// `processing`, `processed`, `interrupted` or `error`.
+    async fn on_turn(&self, _root: &Message) -> Result<(), DeliveryError> {
+        Ok(())
     }
 }

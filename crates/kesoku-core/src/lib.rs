@@ -1,11 +1,12 @@
 //! Kesoku's vocabulary: messages and their three axes (role, type, status), the status
-//! transition table, typed metadata, sessions, activations and the ledger's record, ids, filters,
-//! the phased history order, and the shape of the service's memory report.
+//! transition table, typed metadata, sessions, activations and the ledger's record, delivery
+//! records, ids, filters, the phased history order, and the shape of the service's memory report.
 //!
 //! This crate does no I/O and knows no async runtime: it is the language every other crate
 //! speaks, and the place the specification's tables become code.
 
 pub mod activation;
+pub mod delivery;
 pub mod filter;
 pub mod history;
 pub mod ids;
@@ -18,6 +19,7 @@ pub mod status;
 pub use activation::{
     Activation, ActivationKind, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Outcome, SessionKind, Usage,
 };
+pub use delivery::DeliveryRecord;
 pub use filter::MessageFilter;
 pub use ids::{ActivationId, MessageId, SessionId};
 pub use memory::{MemoryGauge, MemoryReport};

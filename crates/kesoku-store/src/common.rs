@@ -48,6 +48,11 @@ pub(crate) fn event(stored: StoredMessage, created: bool) -> MessageEvent {
     MessageEvent { rev: stored.rev, created, message: stored.message }
 }
 
+/// What a failed delivery adds to an activation row's `error` (after `; ` when it has one).
+pub(crate) fn delivery_failure_note(reason: &str) -> String {
+    format!("delivery failed: {reason}")
+}
+
 pub(crate) fn not_found(what: &'static str, id: &str) -> StoreError {
     StoreError::NotFound { what, id: id.to_owned() }
 }

@@ -7,7 +7,7 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{LedgerEntry, Message, Metadata, Session, UnknownValue, Usage};
+use kesoku_core::{DeliveryRecord, LedgerEntry, Message, Metadata, Session, UnknownValue, Usage};
 use serde_json::Value;
 
 use crate::error::{StoreError, StoreResult};
@@ -62,11 +62,16 @@ impl<'r, R: BackendRow> Cells<'r, R> {
 
     /// Start reading a row of `table`; its `id` column comes first, for the errors.
     pub fn new(row: &'r R, table: &'static str) -> StoreResult<Self> {
+        Self::keyed(row, table, "id")
+    }
+
+    /// Start reading a row of `table` named in errors by `key_column` (which comes first).
+    pub fn keyed(row: &'r R, table: &'static str, key_column: &'static str) -> StoreResult<Self> {
         let corrupt = |reason: String| StoreError::Corrupt { table, id: "?".to_owned(), reason };
         let id = row
-            .opt_text("id")
-            .map_err(|reason| corrupt(format!("column `id` cannot be read: {reason}")))?
-            .ok_or_else(|| corrupt("column `id` is null".to_owned()))?;
+            .opt_text(key_column)
+            .map_err(|reason| corrupt(format!("column `{key_column}` cannot be read: {reason}")))?
+            .ok_or_else(|| corrupt(format!("column `{key_column}` is null")))?;
         Ok(Cells { row, table, id })
     }
 
@@ -262,6 +267,17 @@ pub(crate) fn ledger_entry<R: BackendRow>(row: &R) -> StoreResult<LedgerEntry> {
             input_tokens: cells.unsigned("input_tokens")?,
             output_tokens: cells.unsigned("output_tokens")?,
         },
+    })
+}
+
+/// Read a delivery record row (the columns of [`crate::sql::DELIVERY_COLUMNS`]).
+pub(crate) fn delivery_record<R: BackendRow>(row: &R) -> StoreResult<DeliveryRecord> {
+    let cells = Cells::keyed(row, "deliveries", "message_id")?;
+    Ok(DeliveryRecord {
+        message_id: cells.id().into(),
+        part: cells.unsigned("part")?,
+        platform_message_id: cells.text("platform_message_id")?,
+        recorded_at: cells.time("recorded_at")?,
     })
 }
 

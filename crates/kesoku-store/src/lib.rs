@@ -28,7 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_core::{
-    ActivationId, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Session, SessionId, Status, Usage,
+    ActivationId, DeliveryRecord, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Session,
+    SessionId, Status, Usage,
 };
 
 mod clock;
@@ -85,7 +86,8 @@ pub struct LedgerFilter {
     pub limit: Option<u32>,
 }
 
-/// The message store: messages, sessions, the channel → active session map.
+/// The message store: messages, sessions, the channel → active session map, and the delivery
+/// records of messages sent to platforms.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Write a new message. Stamps `created_at`/`updated_at` when unset. Fails with
@@ -160,6 +162,14 @@ pub trait Store: Send + Sync + 'static {
     /// is none; concurrent callers get the same session.
     async fn resolve_session(&self, chatbot_id: &str, channel_id: &str) -> StoreResult<Session>;
 
+    /// Record that one part of a message is on its platform. The first record of a
+    /// `(message_id, part)` is kept: recording the same part again (a retried delivery) changes
+    /// nothing and is not an error. The message need not be in the store.
+    async fn record_delivery(&self, record: &DeliveryRecord) -> StoreResult<()>;
+
+    /// The delivery records of a message, by part (none when nothing was sent).
+    async fn delivery_records(&self, message_id: &MessageId) -> StoreResult<Vec<DeliveryRecord>>;
+
     /// What this store holds in memory beyond its connections, for the service's metrics.
     fn memory(&self) -> StoreMemory;
 }
@@ -182,6 +192,12 @@ pub trait Ledger: Send + Sync + 'static {
     async fn list_activations(&self, filter: &LedgerFilter) -> StoreResult<Vec<LedgerEntry>>;
     /// Rows started but never finished (their process died): for recovery and `/state`.
     async fn unfinished_activations(&self) -> StoreResult<Vec<LedgerEntry>>;
+
+    /// Note that delivering the answer of a turn failed for good: `delivery failed: {reason}` is
+    /// added to the `error` of every activation row of `root_message_id` (the user message that
+    /// started the turn), after `; ` when the row already has an error. No such row is not an
+    /// error (the turn may have left no activation, for example a chat command's answer).
+    async fn record_delivery_failure(&self, root_message_id: &MessageId, reason: &str) -> StoreResult<()>;
 }
 
 /// Memory one store holds beyond its connections: the history cache of a SQLite store

@@ -49,6 +49,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         description: "phased order index (postgresql)",
         sql: include_str!("../migrations/sqlite/0005_phased_index.sql"),
     },
+    Migration {
+        version: 6,
+        description: "delivery records",
+        sql: include_str!("../migrations/sqlite/0006_deliveries.sql"),
+    },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -77,10 +82,15 @@ pub(crate) const POSTGRES: &[Migration] = &[
         description: "phased order index (postgresql)",
         sql: include_str!("../migrations/postgres/0005_phased_index.sql"),
     },
+    Migration {
+        version: 6,
+        description: "delivery records",
+        sql: include_str!("../migrations/postgres/0006_deliveries.sql"),
+    },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 5;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

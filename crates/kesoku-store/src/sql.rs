@@ -24,6 +24,13 @@ pub(crate) const LEDGER_COLUMNS: &str = "id, kind, lane, session_id, message_id,
      depth, enqueued_at, started_at, finished_at, outcome, error, model_calls, tool_calls, input_tokens, \
      output_tokens";
 
+pub(crate) const DELIVERY_COLUMNS: &str = "message_id, part, platform_message_id, recorded_at";
+
+/// The `error` of an activation row with the note `$2` added: the note alone when the row has
+/// no error, else after `; `. Both engines take this text (`||` concatenates in each).
+pub(crate) const ERROR_WITH_NOTE: &str =
+    "CASE WHEN error IS NULL OR error = '' THEN CAST($2 AS TEXT) ELSE error || '; ' || CAST($2 AS TEXT) END";
+
 /// The statuses of waiting and running work, word for word the condition of the partial index
 /// `messages_open` (migration 4: `WHERE status IN` this). A query that also names it literally
 /// lets the planner use that index although its own statuses are bound parameters.

@@ -161,6 +161,13 @@ impl kesoku_store::Ledger for RefusingLedger {
     async fn unfinished_activations(&self) -> kesoku_store::StoreResult<Vec<kesoku_core::LedgerEntry>> {
         self.inner.unfinished_activations().await
     }
+    async fn record_delivery_failure(
+        &self,
+        root_message_id: &kesoku_core::MessageId,
+        reason: &str,
+    ) -> kesoku_store::StoreResult<()> {
+        self.inner.record_delivery_failure(root_message_id, reason).await
+    }
 }
 
 /// The ledger row is written while the activation is already queued; a turn never claims its

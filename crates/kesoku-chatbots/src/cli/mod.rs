@@ -26,8 +26,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 pub use render::{RenderMode, Renderer};
 
-use crate::commands::{SessionControl, TurnStop};
-use crate::{Chatbot, ChatbotError, deliver};
+use crate::answer::{OutboundPart, Part};
+use crate::control::{SessionControl, TurnStop};
+use crate::{Capabilities, Chatbot, ChatbotError, Delivered, Deliverer, DeliveryError};
 
 /// The CLI chatbot's id.
 pub const CLI_CHATBOT: &str = "cli";
@@ -217,8 +218,13 @@ impl CliChatbot {
 
     /// Deliver what this session still has waiting for the CLI (answers a previous run never
     /// showed, notifications posted while nobody was at the prompt).
-    pub async fn deliver_outstanding(&self, gateway: &Gateway, session_id: &SessionId) -> Result<usize, ChatbotError> {
-        let waiting = gateway
+    pub async fn deliver_outstanding(
+        &self,
+        deliverer: &Deliverer,
+        session_id: &SessionId,
+    ) -> Result<usize, ChatbotError> {
+        let waiting = deliverer
+            .gateway()
             .store()
             .list_messages(
                 &MessageFilter::session(session_id)
@@ -228,7 +234,7 @@ impl CliChatbot {
             .await?;
         let mut shown = 0;
         for message in &waiting {
-            if deliver(gateway, self, message).await? {
+            if deliverer.deliver(self, message).await? == Delivered::Shown {
                 shown += 1;
             }
         }
@@ -242,27 +248,28 @@ impl CliChatbot {
     /// a second stops waiting ([`TurnOutcome::Detached`]).
     pub async fn follow_turn(
         &self,
-        gateway: &Gateway,
+        deliverer: &Deliverer,
         session_id: &SessionId,
         root_id: &MessageId,
         after_rev: i64,
         control: &dyn SessionControl,
         interrupts: &mut UnboundedReceiver<()>,
     ) -> Result<TurnOutcome, ChatbotError> {
-        let result = self.follow_turn_inner(gateway, session_id, root_id, after_rev, control, interrupts).await;
+        let result = self.follow_turn_inner(deliverer, session_id, root_id, after_rev, control, interrupts).await;
         self.stop_spinner();
         result
     }
 
     async fn follow_turn_inner(
         &self,
-        gateway: &Gateway,
+        deliverer: &Deliverer,
         session_id: &SessionId,
         root_id: &MessageId,
         after_rev: i64,
         control: &dyn SessionControl,
         interrupts: &mut UnboundedReceiver<()>,
     ) -> Result<TurnOutcome, ChatbotError> {
+        let gateway: &Gateway = deliverer.gateway();
         let mut events = pin!(gateway.listen(MessageFilter::session(session_id), ListenFrom::AfterRev(after_rev)));
         self.start_spinner("thinking…");
         let mut stop_requested = false;
@@ -314,7 +321,7 @@ impl CliChatbot {
                 }
                 continue;
             }
-            if deliver(gateway, self, &message).await? {
+            if deliverer.deliver(self, &message).await? == Delivered::Shown {
                 match (message.message_type, message.status) {
                     (MessageType::ToolCall, _) => {
                         let name = message.metadata.tool_name.as_deref().unwrap_or("a tool");
@@ -334,10 +341,41 @@ impl Chatbot for CliChatbot {
         CLI_CHATBOT
     }
 
-    async fn present(&self, message: &Message) -> Result<(), ChatbotError> {
+    /// The terminal shows every step (spec §4.3) and whole answers: no length limit, no
+    /// buttons (a question is a numbered list), files named rather than uploaded.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { shows_intermediates: true, ..Capabilities::text_only(usize::MAX) }
+    }
+
+    async fn show_step(&self, step: &Message) -> Result<(), DeliveryError> {
+        self.show(step)?;
+        Ok(())
+    }
+
+    async fn send_part(&self, message: &Message, part: &OutboundPart) -> Result<String, DeliveryError> {
+        let text = match &part.part {
+            Part::Text(text) => text.clone(),
+            Part::File { path, .. } => format!("📎 {}", path.display()),
+            Part::Question { prompt, options } => {
+                let numbered: Vec<String> =
+                    options.iter().enumerate().map(|(n, o)| format!("{}. {o}", n + 1)).collect();
+                format!("{prompt}\n{}", numbered.join("\n"))
+            }
+        };
+        self.show(&Message { content: text, ..message.clone() })?;
+        Ok(part.key.clone())
+    }
+}
+
+impl CliChatbot {
+    /// Print one message as the renderer shows it, with a blank line after (panels and
+    /// answers stay apart).
+    fn show(&self, message: &Message) -> std::io::Result<()> {
         if let Some(text) = self.renderer.render(message) {
-            // A blank line between blocks keeps panels and answers apart.
-            self.print(&format!("{text}\n"))?;
+            self.print(&format!("{text}\n")).map_err(|error| match error {
+                ChatbotError::Terminal(io) => io,
+                other => std::io::Error::other(other.to_string()),
+            })?;
         }
         Ok(())
     }

@@ -8,7 +8,8 @@
 //!
 //! Modules: [`config`] (the `[[chatbots.discord]]` table and the token wrapper), [`rest`] (REST
 //! calls and their errors), [`gateway`] (the shard loop, close codes), [`inbound`] (messages
-//! to [`crate::Inbound`]), [`commands`] (interactions), [`wire`] (the payloads we read).
+//! to [`crate::Inbound`]), [`commands`] (interactions), [`wire`] (the payloads we read),
+//! [`status`] and [`progress`] (a turn's live status message and typing indicator).
 //!
 //! It reads no environment: the binary reads the variable `token_env` names and passes the
 //! value as a [`DiscordToken`] (or reports [`DiscordError::MissingToken`]).
@@ -17,7 +18,9 @@ pub mod commands;
 pub mod config;
 pub mod gateway;
 pub mod inbound;
+pub mod progress;
 pub mod rest;
+pub mod status;
 pub mod wire;
 
 use std::sync::Arc;

@@ -9,10 +9,10 @@ use sqlx::AssertSqlSafe;
 
 use super::{PgStore, bind, decode_all};
 use crate::clock::truncate;
-use crate::common::not_found;
+use crate::common::{delivery_failure_note, not_found};
 use crate::decode;
 use crate::error::StoreResult;
-use crate::sql::{Arg, LEDGER_COLUMNS, Query};
+use crate::sql::{Arg, ERROR_WITH_NOTE, LEDGER_COLUMNS, Query};
 use crate::{Ledger, LedgerFilter};
 
 #[async_trait]
@@ -114,5 +114,14 @@ impl Ledger for PgStore {
         .fetch_all(&self.pool)
         .await?;
         decode_all(&rows, decode::ledger_entry)
+    }
+
+    async fn record_delivery_failure(&self, root_message_id: &MessageId, reason: &str) -> StoreResult<()> {
+        sqlx::query(AssertSqlSafe(format!("UPDATE activations SET error = {ERROR_WITH_NOTE} WHERE message_id = $1")))
+            .bind(root_message_id.as_str())
+            .bind(delivery_failure_note(reason))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
     }
 }

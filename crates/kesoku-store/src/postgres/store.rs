@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kesoku_core::{Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
+use kesoku_core::{DeliveryRecord, Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
@@ -26,7 +26,8 @@ use crate::common::{
 use crate::decode::{self, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::sql::{
-    Arg, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query, orphaned_calls_query,
+    Arg, DELIVERY_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
+    orphaned_calls_query,
 };
 use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
@@ -469,6 +470,31 @@ impl Store for PgStore {
         }
         Err(not_found("active session of", &format!("{chatbot_id}/{channel_id}")))
     }
+
+    async fn record_delivery(&self, record: &DeliveryRecord) -> StoreResult<()> {
+        sqlx::query(AssertSqlSafe(format!(
+            "INSERT INTO deliveries ({DELIVERY_COLUMNS}) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (message_id, part) DO NOTHING"
+        )))
+        .bind(record.message_id.as_str())
+        .bind(i64::from(record.part))
+        .bind(&record.platform_message_id)
+        .bind(truncate(record.recorded_at))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn delivery_records(&self, message_id: &MessageId) -> StoreResult<Vec<DeliveryRecord>> {
+        let rows = sqlx::query(AssertSqlSafe(format!(
+            "SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE message_id = $1 ORDER BY part"
+        )))
+        .bind(message_id.as_str())
+        .fetch_all(&self.pool)
+        .await?;
+        decode_all(&rows, decode::delivery_record)
+    }
+
     /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
     fn memory(&self) -> StoreMemory {
         StoreMemory::default()

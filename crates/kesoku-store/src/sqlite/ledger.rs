@@ -10,10 +10,10 @@ use rusqlite::types::Value as SqlValue;
 
 use super::SqliteStore;
 use super::rows::{ledger_rows, sqlite_query, time_text};
-use crate::common::not_found;
+use crate::common::{delivery_failure_note, not_found};
 use crate::decode;
 use crate::error::StoreResult;
-use crate::sql::{Arg, LEDGER_COLUMNS, Query};
+use crate::sql::{Arg, ERROR_WITH_NOTE, LEDGER_COLUMNS, Query};
 use crate::{Ledger, LedgerFilter};
 
 #[async_trait]
@@ -137,5 +137,44 @@ impl Ledger for SqliteStore {
                 ledger_rows(conn, &text, &[])
             })
             .await
+    }
+
+    async fn record_delivery_failure(&self, root_message_id: &MessageId, reason: &str) -> StoreResult<()> {
+        let query = Query::with_args(
+            &format!("UPDATE activations SET error = {ERROR_WITH_NOTE} WHERE message_id = $1"),
+            vec![Arg::Text(root_message_id.as_str().to_owned()), Arg::Text(delivery_failure_note(reason))],
+        );
+        self.engine
+            .write(move |conn| {
+                let (text, values) = sqlite_query(&query);
+                conn.prepare_cached(&text)?.execute(rusqlite::params_from_iter(values))?;
+                Ok(())
+            })
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The delivery-failure note finds a turn's rows through `activations_message` (migration
+    /// 6), not by reading the whole ledger.
+    #[tokio::test]
+    async fn a_delivery_failure_finds_its_rows_through_an_index() {
+        let store = SqliteStore::open_in_memory().await.expect("open");
+        let text = format!("EXPLAIN QUERY PLAN UPDATE activations SET error = {ERROR_WITH_NOTE} WHERE message_id = ?1")
+            .replace('$', "?");
+        let plan = store.engine.with_writer(|conn| {
+            let mut statement = conn.prepare(&text).expect("explain");
+            let rows = statement
+                .query_map(params!["msg_root", "delivery failed: x"], |row| row.get::<_, String>(3))
+                .expect("plan")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("plan rows");
+            rows.join("; ")
+        });
+        assert!(plan.contains("USING INDEX activations_message (message_id=?)"), "{plan}");
+        store.close().await;
     }
 }

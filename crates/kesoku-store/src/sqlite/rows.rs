@@ -6,7 +6,7 @@
 //! nothing about what a value means (that is `decode`'s) and runs no writes of its own.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{LedgerEntry, Message, SessionId};
+use kesoku_core::{DeliveryRecord, LedgerEntry, Message, SessionId};
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::{Connection, params, params_from_iter};
 
@@ -57,6 +57,7 @@ pub(super) const LEDGER_NAMES: &[&str] = &[
     "output_tokens",
 ];
 pub(super) const CLAIM_NAMES: &[&str] = &["id", "status", "claimed_by", "claimed_at"];
+pub(super) const DELIVERY_NAMES: &[&str] = &["message_id", "part", "platform_message_id", "recorded_at"];
 
 /// A row read through the column list of its query.
 pub(super) struct SqlRow<'r, 's> {
@@ -193,6 +194,16 @@ pub(super) fn ledger_rows(conn: &Connection, text: &str, values: &[SqlValue]) ->
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
         out.push(decode::ledger_entry(&SqlRow::new(row, LEDGER_NAMES))?);
+    }
+    Ok(out)
+}
+
+pub(super) fn delivery_rows(conn: &Connection, text: &str, values: &[SqlValue]) -> StoreResult<Vec<DeliveryRecord>> {
+    let mut statement = conn.prepare_cached(text)?;
+    let mut rows = statement.query(params_from_iter(values.iter()))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(decode::delivery_record(&SqlRow::new(row, DELIVERY_NAMES))?);
     }
     Ok(out)
 }

@@ -15,20 +15,21 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kesoku_core::{Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
+use kesoku_core::{DeliveryRecord, Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params, params_from_iter};
 
 use super::SqliteStore;
 use super::rows::{
-    CLAIM_NAMES, HistoryRows, SESSION_NAMES, SqlRow, fetch_message, messages_in, sqlite_query, time_text,
-    update_returning,
+    CLAIM_NAMES, HistoryRows, SESSION_NAMES, SqlRow, delivery_rows, fetch_message, messages_in, sqlite_query,
+    time_text, update_returning,
 };
 use crate::common::{check_claim, event, first_repeated_id, not_found, stamp};
 use crate::decode::{self, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::sql::{
-    Arg, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query, orphaned_calls_query,
+    Arg, DELIVERY_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
+    orphaned_calls_query,
 };
 use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
@@ -471,6 +472,36 @@ impl Store for SqliteStore {
             })
             .await
     }
+
+    async fn record_delivery(&self, record: &DeliveryRecord) -> StoreResult<()> {
+        let (message_id, part, platform_message_id, recorded_at) = (
+            record.message_id.as_str().to_owned(),
+            i64::from(record.part),
+            record.platform_message_id.clone(),
+            time_text(record.recorded_at),
+        );
+        self.engine
+            .write(move |conn| {
+                conn.prepare_cached(&format!(
+                    "INSERT INTO deliveries ({DELIVERY_COLUMNS}) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (message_id, part) DO NOTHING"
+                ))?
+                .execute(params![message_id, part, platform_message_id, recorded_at])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn delivery_records(&self, message_id: &MessageId) -> StoreResult<Vec<DeliveryRecord>> {
+        let message_id = message_id.as_str().to_owned();
+        self.engine
+            .read(move |conn| {
+                let text = format!("SELECT {DELIVERY_COLUMNS} FROM deliveries WHERE message_id = ?1 ORDER BY part");
+                delivery_rows(conn, &text, &[SqlValue::Text(message_id)])
+            })
+            .await
+    }
+
     fn memory(&self) -> StoreMemory {
         let (bytes, sessions) = self.history.kept();
         StoreMemory { history_cache_bytes: bytes as u64, history_cache_sessions: sessions as u64 }

@@ -1,7 +1,7 @@
 //! Rows this build cannot understand (written by hand, by another program, by a newer build
 //! that added a status): typed errors naming table, id and value, never a panic, never a change.
 
-use kesoku_core::{ActivationId, MessageFilter, MessageId, SessionId, Status};
+use kesoku_core::{ActivationId, DeliveryRecord, MessageFilter, MessageId, SessionId, Status};
 use kesoku_store::StoreError;
 
 use crate::backend_tests;
@@ -11,6 +11,7 @@ backend_tests!(
     an_unknown_status_is_reported_and_nothing_changes,
     metadata_that_is_not_kesoku_metadata_is_reported,
     other_bad_values_are_reported,
+    a_delivery_record_out_of_range_is_reported,
 );
 
 fn assert_corrupt(error: &StoreError, table: &str, id: &str, value: &str) {
@@ -126,4 +127,17 @@ async fn other_bad_values_are_reported(b: &Backend) {
         };
         assert!(reason.contains("last tuesday"), "{reason}");
     }
+}
+
+async fn a_delivery_record_out_of_range_is_reported(b: &Backend) {
+    let record = DeliveryRecord {
+        message_id: MessageId::from("msg_bad"),
+        part: 0,
+        platform_message_id: "p".to_owned(),
+        recorded_at: t0(),
+    };
+    b.store.record_delivery(&record).await.expect("record");
+    b.place.raw("UPDATE deliveries SET part = -7 WHERE message_id = 'msg_bad'").await;
+    let error = b.store.delivery_records(&record.message_id).await.expect_err("a negative part");
+    assert_corrupt(&error, "deliveries", "msg_bad", "-7");
 }

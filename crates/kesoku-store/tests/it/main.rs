@@ -7,6 +7,7 @@
 
 mod claims;
 mod corrupt;
+mod deliveries;
 mod harness;
 mod history;
 mod ledger;

@@ -1,7 +1,7 @@
 //! Opening stores: by URL, migrating older schemas, and refusing what is not ours without
 //! changing it.
 
-use kesoku_core::{LedgerEntry, MessageId, MessageType, Role, SessionId, Status};
+use kesoku_core::{DeliveryRecord, LedgerEntry, MessageId, MessageType, Role, SessionId, Status};
 use kesoku_store::{SCHEMA_VERSION, SqliteStore, StoreError};
 use kesoku_test_support::db::temp_sqlite_path;
 
@@ -15,7 +15,12 @@ place_tests!(
     reopening_a_current_store_changes_nothing,
     open_existing_never_creates_a_store,
     open_by_url_gives_both_traits_over_one_backend,
+    a_version_5_store_is_migrated_to_delivery_records,
+    delivery_records_are_kept_across_opens,
 );
+
+/// Every schema version this build applies, in order.
+const ALL_VERSIONS: [&str; 6] = ["1", "2", "3", "4", "5", "6"];
 
 async fn versions(place: &Place) -> Vec<String> {
     place.raw_strings("SELECT CAST(version AS TEXT) FROM kesoku_schema_version ORDER BY version").await
@@ -54,7 +59,7 @@ async fn a_newer_schema_is_refused(place: Place) {
     let text = error.to_string();
     assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
     assert!(text.contains("99") && text.contains("newer") && text.contains("upgrade kesoku"), "{text}");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "99"]);
+    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "6", "99"]);
     assert_eq!(place.raw_strings("SELECT id FROM messages").await, ["msg_kept"]);
     place.cleanup().await;
 }
@@ -91,7 +96,7 @@ async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
     assert!(!place.tables().await.contains(&"activations".to_owned()));
 
     let opened = place.open().await.expect("an older schema is migrated");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5"]);
+    assert_eq!(versions(&place).await, ALL_VERSIONS);
     assert!(place.tables().await.contains(&"activations".to_owned()));
     let store = opened.store();
     let kept = store.get_message(&MessageId::from("msg_v1")).await.expect("get").expect("kept");
@@ -133,7 +138,7 @@ async fn reopening_a_current_store_changes_nothing(place: Place) {
     let tables = place.tables().await;
 
     let reopened = place.open().await.expect("reopen");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5"]);
+    assert_eq!(versions(&place).await, ALL_VERSIONS);
     assert_eq!(place.tables().await, tables);
     assert_eq!(reopened.store().get_message(&event.message.id).await.expect("get"), Some(event.message));
     assert!(reopened.store().active_session("cli", "cli").await.expect("active").is_some());
@@ -172,6 +177,109 @@ async fn open_by_url_gives_both_traits_over_one_backend(place: Place) {
     assert!(opened.ledger().get_activation(&"act_a".into()).await.expect("get").is_some());
     opened.close().await;
     drop(handle);
+    place.cleanup().await;
+}
+
+/// What a build that knew schema version 5 left behind: the migrations of that build, a
+/// message and the finished activation of its turn.
+async fn a_version_5_store_is_migrated_to_delivery_records(place: Place) {
+    let (steps, extra) = if place.is_sqlite() {
+        (
+            [
+                include_str!("../../migrations/sqlite/0001_messages_sessions.sql"),
+                include_str!("../../migrations/sqlite/0002_activations.sql"),
+                include_str!("../../migrations/sqlite/0003_phased_order.sql"),
+                include_str!("../../migrations/sqlite/0004_open_work_index.sql"),
+                include_str!("../../migrations/sqlite/0005_phased_index.sql"),
+            ],
+            "",
+        )
+    } else {
+        (
+            [
+                include_str!("../../migrations/postgres/0001_messages_sessions.sql"),
+                include_str!("../../migrations/postgres/0002_activations.sql"),
+                include_str!("../../migrations/postgres/0003_phased_order.sql"),
+                include_str!("../../migrations/postgres/0004_open_work_index.sql"),
+                include_str!("../../migrations/postgres/0005_phased_index.sql"),
+            ],
+            "SELECT setval('kesoku_message_rev', 1);",
+        )
+    };
+    for step in steps {
+        place.raw(step).await;
+    }
+    place
+        .raw(&format!(
+            "INSERT INTO kesoku_schema_version (version, description, applied_at) VALUES \
+             (1, 'messages and sessions', '2026-05-01T00:00:00.000000Z'), \
+             (2, 'activations ledger', '2026-05-01T00:00:00.000000Z'), \
+             (3, 'phased order index', '2026-05-01T00:00:00.000000Z'), \
+             (4, 'open work index', '2026-05-01T00:00:00.000000Z'), \
+             (5, 'phased order index (postgresql)', '2026-05-01T00:00:00.000000Z'); \
+             INSERT INTO messages (id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, content, \
+             status, metadata, step, created_at, updated_at, turn_id, turn_seq, phase, rev, created_rev) VALUES \
+             ('msg_v5', 'sess_v5', NULL, 'discord', 'c1', 'User', 'user', 'text', 'written by v5', 'processed', \
+             '{{}}', 0, '2026-05-01T00:00:00.000000Z', '2026-05-01T00:00:00.000000Z', 'msg_v5', 1, 0, 1, 1); \
+             INSERT INTO activations (id, kind, lane, session_id, message_id, triggered_by, depth, enqueued_at, \
+             started_at, finished_at, outcome, error) VALUES \
+             ('act_v5', 'message', 'interactive', 'sess_v5', 'msg_v5', 'User', 0, '2026-05-01T00:00:00.000000Z', \
+             '2026-05-01T00:00:01.000000Z', '2026-05-01T00:00:02.000000Z', 'succeeded', NULL); \
+             {extra}"
+        ))
+        .await;
+    assert!(!place.tables().await.contains(&"deliveries".to_owned()));
+
+    let opened = place.open().await.expect("a version 5 store is migrated");
+    assert_eq!(versions(&place).await, ALL_VERSIONS);
+    assert!(place.tables().await.contains(&"deliveries".to_owned()));
+    let (store, ledger) = (opened.store(), opened.ledger());
+    let kept = store.get_message(&MessageId::from("msg_v5")).await.expect("get").expect("kept");
+    assert_eq!(kept.content, "written by v5");
+    let root = MessageId::from("msg_v5");
+    assert_eq!(store.delivery_records(&root).await.expect("records"), []);
+    let sent =
+        DeliveryRecord { message_id: root.clone(), part: 0, platform_message_id: "p0".to_owned(), recorded_at: t0() };
+    store.record_delivery(&sent).await.expect("record after migration");
+    assert_eq!(store.delivery_records(&root).await.expect("records"), [sent]);
+    ledger.record_delivery_failure(&root, "part 1 refused").await.expect("note on an old row");
+    let row = ledger.get_activation(&"act_v5".into()).await.expect("get").expect("the old row");
+    assert_eq!(row.error.as_deref(), Some("delivery failed: part 1 refused"));
+    assert_eq!(row.outcome, Some(kesoku_core::Outcome::Succeeded));
+    opened.close().await;
+    place.cleanup().await;
+}
+
+/// Records written by one open are there at the next; the second open applies no migration.
+async fn delivery_records_are_kept_across_opens(place: Place) {
+    let opened = place.open().await.expect("create");
+    let records: Vec<DeliveryRecord> = (0..3)
+        .map(|part| DeliveryRecord {
+            message_id: MessageId::from("msg_sent"),
+            part,
+            platform_message_id: format!("platform_{part}"),
+            recorded_at: t0(),
+        })
+        .collect();
+    for record in records.iter().rev() {
+        opened.store().record_delivery(record).await.expect("record");
+    }
+    opened.close().await;
+    let applied_at =
+        place.raw_strings("SELECT CAST(applied_at AS TEXT) FROM kesoku_schema_version ORDER BY version").await;
+
+    let reopened = place.open().await.expect("reopen");
+    assert_eq!(versions(&place).await, ALL_VERSIONS, "each version applied once");
+    assert_eq!(
+        place.raw_strings("SELECT CAST(applied_at AS TEXT) FROM kesoku_schema_version ORDER BY version").await,
+        applied_at,
+        "no version applied again"
+    );
+    assert_eq!(reopened.store().delivery_records(&MessageId::from("msg_sent")).await.expect("records"), records);
+    let again = DeliveryRecord { platform_message_id: "late".to_owned(), ..records[0].clone() };
+    reopened.store().record_delivery(&again).await.expect("a repeated part after reopening");
+    assert_eq!(reopened.store().delivery_records(&MessageId::from("msg_sent")).await.expect("records"), records);
+    reopened.close().await;
     place.cleanup().await;
 }
 

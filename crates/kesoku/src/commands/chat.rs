@@ -23,9 +23,9 @@ use anyhow::{Context, bail};
 use async_trait::async_trait;
 use chrono::Utc;
 use kesoku_agent::Agent;
-use kesoku_chatbots::ChatbotError;
 use kesoku_chatbots::cli::{CLI_CHANNEL, CLI_CHATBOT, CLI_SENDER, CliChatbot, RenderMode, TurnOutcome};
 use kesoku_chatbots::commands::{self, CommandContext, CommandEffect, SessionControl, StopAck, TurnStop};
+use kesoku_chatbots::{ChatbotError, Deliverer};
 use kesoku_core::{Attachment, Message, MessageFilter, Session, SessionId, Status};
 use kesoku_gateway::Gateway;
 use kesoku_store::SessionFilter;
@@ -51,6 +51,7 @@ pub async fn run(config: &Config, args: &ChatArgs) -> anyhow::Result<ExitCode> {
     let prompt = args.prompt.join(" ");
     let backend = Backend::start(config, &handle, &gateway).await?;
     let chatbot = CliChatbot::stdout(render_mode());
+    let deliverer = Deliverer::new(gateway.clone(), config.workspace_dir.clone()).with_ledger(handle.ledger.clone());
     let mut session = choose_session(&gateway, args).await?;
     let (interrupt_sender, mut interrupts) = tokio::sync::mpsc::unbounded_channel();
     // The SIGINT handler is installed here, before the first prompt: a Ctrl-C that comes before
@@ -63,6 +64,7 @@ pub async fn run(config: &Config, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         let mut repl = Repl {
             config,
             gateway: &gateway,
+            deliverer: &deliverer,
             chatbot: &chatbot,
             control: backend.control(&gateway),
             interrupts: &mut interrupts,
@@ -70,7 +72,7 @@ pub async fn run(config: &Config, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         };
         repl.run(&mut session, &backend).await
     } else {
-        one_shot(config, &gateway, &chatbot, &backend, &session, &prompt, &args.attach, &mut interrupts).await
+        one_shot(config, &deliverer, &chatbot, &backend, &session, &prompt, &args.attach, &mut interrupts).await
     };
     forwarder.abort();
     backend.stop().await;
@@ -184,7 +186,7 @@ impl SessionControl for ClientControl {
 #[allow(clippy::too_many_arguments)]
 async fn one_shot(
     config: &Config,
-    gateway: &Gateway,
+    deliverer: &Deliverer,
     chatbot: &CliChatbot,
     backend: &Backend,
     session: &Session,
@@ -195,7 +197,8 @@ async fn one_shot(
     if let Some(banner) = backend.banner() {
         chatbot.hint(&banner)?;
     }
-    chatbot.deliver_outstanding(gateway, &session.id).await?;
+    let gateway = deliverer.gateway();
+    chatbot.deliver_outstanding(deliverer, &session.id).await?;
     let mut message = Message::user_text(&session.id, CLI_CHATBOT, CLI_CHANNEL, CLI_SENDER, prompt);
     if !attach.is_empty() {
         message.metadata.attachments = Some(stage_attachments(config, &session.id, attach)?);
@@ -203,7 +206,7 @@ async fn one_shot(
     let after = gateway.store().current_rev().await?;
     gateway.post(&message).await?;
     let control = backend.control(gateway);
-    let outcome = chatbot.follow_turn(gateway, &session.id, &message.id, after, control.as_ref(), interrupts).await?;
+    let outcome = chatbot.follow_turn(deliverer, &session.id, &message.id, after, control.as_ref(), interrupts).await?;
     Ok(match outcome {
         TurnOutcome::Processed => ExitCode::SUCCESS,
         TurnOutcome::Interrupted | TurnOutcome::Detached => ExitCode::from(130),
@@ -215,6 +218,7 @@ async fn one_shot(
 struct Repl<'a> {
     config: &'a Config,
     gateway: &'a Gateway,
+    deliverer: &'a Deliverer,
     chatbot: &'a CliChatbot,
     control: Box<dyn SessionControl>,
     interrupts: &'a mut UnboundedReceiver<()>,
@@ -240,7 +244,7 @@ impl Repl<'_> {
             self.chatbot.hint(&format!("Attached to your first message: {}", names.join(", ")))?;
         }
         loop {
-            self.chatbot.deliver_outstanding(self.gateway, &session.id).await?;
+            self.chatbot.deliver_outstanding(self.deliverer, &session.id).await?;
             let line = match reader.read(PROMPT).await {
                 ReadLine::Line(line) => line,
                 ReadLine::Interrupted => continue,
@@ -286,7 +290,7 @@ impl Repl<'_> {
 
     async fn follow(&mut self, session: &Session, root: &Message, after: i64) -> anyhow::Result<()> {
         self.chatbot
-            .follow_turn(self.gateway, &session.id, &root.id, after, self.control.as_ref(), self.interrupts)
+            .follow_turn(self.deliverer, &session.id, &root.id, after, self.control.as_ref(), self.interrupts)
             .await?;
         Ok(())
     }
