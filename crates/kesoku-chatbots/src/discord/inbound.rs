@@ -210,7 +210,11 @@ pub(super) async fn handle_message(shared: &Shared, message: MessageCreate) {
         return;
     }
 
-    let info = shared.channel_info(message.channel_id).await;
+    // A message without a guild is a DM: no need to ask Discord what its channel is.
+    let info = match message.guild_id {
+        Some(_) => shared.channel_info(message.channel_id).await,
+        None => None,
+    };
     let place = place_of(message.guild_id, info.as_ref());
     let text = without_leading_mention(&message.content, bot_user_id);
     if let Some(command) = commands::parse(text) {

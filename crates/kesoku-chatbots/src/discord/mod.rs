@@ -40,6 +40,9 @@ use crate::control::SessionControl;
 use crate::ingest::Access;
 use crate::staging::Staging;
 
+/// How long a message being handled at shutdown may still take.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
 /// Why the Discord chatbot could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum DiscordError {
@@ -194,7 +197,19 @@ impl Discord {
                     next = queue.recv() => next,
                 };
                 let Some(message) = next else { return };
-                inbound::handle_message(&worker_shared, message).await;
+                // At shutdown the message in hand gets a grace period to be ingested: Discord
+                // does not send it again after a restart.
+                let grace = async {
+                    worker_shutdown.cancelled().await;
+                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                };
+                tokio::select! {
+                    () = inbound::handle_message(&worker_shared, message) => {}
+                    () = grace => {
+                        tracing::warn!("shutting down while a discord message was being handled; it was dropped");
+                        return;
+                    }
+                }
             }
         });
 
