@@ -1,7 +1,9 @@
 //! Test-only helpers shared by the crates' integration tests: a fresh database (SQLite file or
-//! PostgreSQL schema) per test, mock vendor LLM servers speaking the real wire formats, fixtures.
+//! PostgreSQL schema) per test, mock vendor LLM servers speaking the real wire formats, a fake
+//! Discord (gateway and REST), fixtures.
 //!
 //! Never a dependency of production code.
 
 pub mod db;
+pub mod discord;
 pub mod mock_llm;

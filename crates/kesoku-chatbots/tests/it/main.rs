@@ -6,4 +6,5 @@ mod cli;
 mod commands;
 mod cron;
 mod delivery;
+mod discord;
 mod support;
