@@ -36,7 +36,26 @@ struct ConfigFile {
     #[serde(default)]
     cron: Vec<kesoku_chatbots::cron::CronJobConfig>,
     #[serde(default)]
+    chatbots: ChatbotsSection,
+    #[serde(default)]
     service: ServiceSection,
+}
+
+/// `[chatbots]`: the chat platforms `kesoku start` connects to (none by default).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChatbotsSection {
+    /// `[[chatbots.discord]]`: one entry per Discord bot.
+    #[serde(default)]
+    pub discord: Vec<kesoku_chatbots::discord::DiscordConfig>,
+}
+
+impl ChatbotsSection {
+    /// The chatbot ids configured, for the start-up log (`none` when there is none).
+    pub fn describe(&self) -> String {
+        let ids: Vec<&str> = self.discord.iter().map(|discord| discord.id.as_str()).collect();
+        if ids.is_empty() { "none".to_owned() } else { ids.join(", ") }
+    }
 }
 
 /// `[service]`: how `kesoku start` runs.
@@ -123,6 +142,8 @@ pub struct Config {
     pub http: Option<HttpSection>,
     /// `[[cron]]` jobs, checked.
     pub cron: Vec<kesoku_chatbots::cron::CronJob>,
+    /// Chat platforms, checked.
+    pub chatbots: ChatbotsSection,
 }
 
 impl Config {
@@ -188,6 +209,20 @@ impl Config {
         if let Err(error) = file.tools.validate() {
             bail!("{}: [tools]: {error}", path.display());
         }
+        let mut chatbot_ids = std::collections::BTreeSet::from(["cli", "api", "system"]);
+        for (index, discord) in file.chatbots.discord.iter().enumerate() {
+            if let Err(error) = discord.validate() {
+                bail!("{}: [[chatbots.discord]] entry {}: {error}", path.display(), index + 1);
+            }
+            if !chatbot_ids.insert(discord.id.as_str()) {
+                bail!(
+                    "{}: [[chatbots.discord]] entry {}: id = \"{}\" is already taken: give each chatbot its own id",
+                    path.display(),
+                    index + 1,
+                    discord.id
+                );
+            }
+        }
         Ok(Config {
             path: path.to_owned(),
             workspace_dir,
@@ -199,6 +234,7 @@ impl Config {
             service: file.service,
             http: file.http,
             cron,
+            chatbots: file.chatbots,
         })
     }
 

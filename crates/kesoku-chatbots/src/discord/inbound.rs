@@ -226,6 +226,16 @@ pub(super) async fn handle_message(shared: &Shared, message: MessageCreate) {
         Place::Channel { name, .. } => shared.config.auto_thread(message.channel_id, name.as_deref()),
         Place::Direct | Place::Thread { .. } => false,
     };
+    // The channel's model choice; a thread follows its parent channel's.
+    let model = match &place {
+        Place::Channel { name, .. } => shared.config.model(message.channel_id, name.as_deref()),
+        Place::Thread { parent_id: Some(parent) } => {
+            let parent_name = shared.channels.get(*parent).and_then(|info| info.name);
+            shared.config.model(*parent, parent_name.as_deref())
+        }
+        Place::Thread { parent_id: None } | Place::Direct => None,
+    }
+    .map(str::to_owned);
     let mut route = route(message.id, message.channel_id, &place, auto_thread);
     if route.start_thread {
         let name = display_name(&message.author, message.member.as_ref());
@@ -265,7 +275,10 @@ pub(super) async fn handle_message(shared: &Shared, message: MessageCreate) {
         platform_key: Some(message.id.to_string()),
         session_id: None,
         files,
-        metadata: metadata(message.id, message.author.id, message.channel_id, &route, message.guild_id),
+        metadata: Metadata {
+            model,
+            ..metadata(message.id, message.author.id, message.channel_id, &route, message.guild_id)
+        },
     };
     match ingest(&shared.gateway, &shared.staging, inbound).await {
         Ok(Ingested::Posted(posted)) => {

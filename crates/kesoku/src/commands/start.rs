@@ -133,8 +133,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
         tokio::spawn(async move { agent.run(shutdown, grace).await })
     };
     let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
-    // Chatbots: each enabled platform chatbot gets `kesoku_chatbots::run_delivery(gateway,
-    // chatbot, shutdown)` here; none is configurable yet.
+    // Chat platforms: each connects (inbound) and gets the shared delivery routine (outbound).
+    let chatbots = start_chatbots(config, &handle, &gateway, &agent, &shutdown)?;
     // Cron jobs post their trigger messages on schedule.
     let cron = tokio::spawn(kesoku_chatbots::cron::run_cron(gateway.clone(), config.cron.clone(), shutdown.clone()));
     // HTTP when configured: the API, the console and the `api` chatbot's delivery.
@@ -147,7 +147,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
         workspace = %config.workspace_dir.display(),
         inputs = "store (kesoku chat and other processes; pending work)",
         http = http.as_ref().map_or_else(|| "off".to_owned(), |h| h.addr.to_string()),
-        chatbots = "none",
+        chatbots = %config.chatbots.describe(),
         cron_jobs = config.cron.len(),
         shutdown_grace_s = grace.as_secs(),
         "kesoku service started"
@@ -193,6 +193,9 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     }
     let _ = watch.await;
     let _ = cron.await;
+    for chatbot in chatbots {
+        let _ = chatbot.await;
+    }
     if let Some(http) = http {
         let _ = http.task.await;
     }
@@ -218,6 +221,61 @@ struct Http {
 }
 
 /// Bind and serve the API and console, refusing a non-loopback address without a token.
+/// Start every configured chat platform: its connection (what people write becomes messages)
+/// and its delivery (what the agent writes reaches them). A missing token refuses the start;
+/// a platform that fails later (a token revoked, an intent withdrawn) is logged with the fix and
+/// the service keeps running its other inputs.
+fn start_chatbots(
+    config: &Config,
+    handle: &kesoku_store::StoreHandle,
+    gateway: &kesoku_gateway::Gateway,
+    agent: &kesoku_agent::Agent,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    use std::sync::Arc;
+
+    use kesoku_chatbots::discord::outbound::DiscordChatbot;
+    use kesoku_chatbots::discord::{Discord, progress::ProgressOptions};
+    use kesoku_chatbots::staging::Staging;
+    use kesoku_chatbots::{Chatbot, Deliverer};
+
+    let mut tasks = Vec::new();
+    let control: Arc<dyn kesoku_chatbots::control::SessionControl> =
+        Arc::new(crate::control::AgentHandle(agent.clone()));
+    for discord_config in &config.chatbots.discord {
+        let token =
+            Discord::token_from(discord_config, std::env::var(&discord_config.token_env).ok()).with_context(|| {
+                format!("{}: [[chatbots.discord]] id = \"{}\"", config.path.display(), discord_config.id)
+            })?;
+        let discord = Discord::new(
+            gateway.clone(),
+            discord_config.clone(),
+            token,
+            Staging::new(config.workspace_dir.clone()),
+            Arc::clone(&control),
+        )
+        .with_context(|| format!("{}: [[chatbots.discord]] id = \"{}\"", config.path.display(), discord_config.id))?;
+        let chatbot: Arc<dyn Chatbot> = Arc::new(DiscordChatbot::new(
+            &discord_config.id,
+            discord.api(),
+            Arc::clone(gateway.store()),
+            ProgressOptions::default(),
+        ));
+        let deliverer =
+            Deliverer::new(gateway.clone(), config.workspace_dir.clone()).with_ledger(Arc::clone(&handle.ledger));
+        let delivery_shutdown = shutdown.clone();
+        tasks.push(tokio::spawn(async move { deliverer.run(chatbot, delivery_shutdown).await }));
+        let connection_shutdown = shutdown.clone();
+        let id = discord_config.id.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(error) = discord.run(connection_shutdown).await {
+                tracing::error!(chatbot_id = %id, %error, "the discord chatbot stopped; its messages wait in the store until it is back");
+            }
+        }));
+    }
+    Ok(tasks)
+}
+
 async fn start_http(
     config: &Config,
     section: &crate::config::HttpSection,
