@@ -7,19 +7,28 @@
 //! AND with `+`); a job's state is keyed by its name, read back from the store (the newest
 //! trigger message it posted), never by its position in the file; a run missed while the
 //! service was down is made up once at start (`catch_up`), not forgotten and not repeated.
+//!
+//! Triggers enter through [`crate::ingest`] like every other message, keyed by the job and
+//! the scheduled time (`cron:{job}:{RFC 3339}`): the same slot fired twice (a catch-up racing
+//! the timer, two processes, a restart within the slot) is stored once.
 
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
-use kesoku_core::{Message, MessageFilter, Role};
+use kesoku_core::message::SENDER_CRONJOB;
+use kesoku_core::{Message, MessageFilter, Metadata, Role};
 use kesoku_gateway::Gateway;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::ingest::{Inbound, IngestError, Ingested, ingest};
+use crate::staging::Staging;
 
 /// Metadata key set on a trigger posted to make up a missed run.
 pub const CATCH_UP_KEY: &str = "cron_catch_up";
@@ -117,15 +126,39 @@ impl CronJob {
 
     /// The Cronjob Trigger Message for a run scheduled at `scheduled`, in `session`.
     pub fn trigger(&self, session_id: &kesoku_core::SessionId, scheduled: DateTime<Utc>, catch_up: bool) -> Message {
-        let local = scheduled.with_timezone(&self.timezone);
-        let content =
-            format!("`Cronjob` at `{} {}`:\n{}", local.format("%Y-%m-%d %H:%M:%S"), self.timezone, self.config.prompt);
-        let mut message = Message::cronjob_trigger(session_id, &self.config.chatbot, &self.config.channel, content);
-        message.metadata.cron_job = Some(self.config.name.clone());
-        if catch_up {
-            message.metadata.extra.insert(CATCH_UP_KEY.to_owned(), Value::Bool(true));
-        }
+        let mut message =
+            Message::cronjob_trigger(session_id, &self.config.chatbot, &self.config.channel, self.content(scheduled));
+        message.metadata = self.metadata(catch_up);
         message
+    }
+
+    /// The trigger of a run scheduled at `scheduled`, as [`crate::ingest`] takes it: keyed by
+    /// the job and the slot, so a slot posted twice is stored once.
+    pub fn inbound(&self, scheduled: DateTime<Utc>, catch_up: bool) -> Inbound {
+        let mut inbound =
+            Inbound::text(&self.config.chatbot, &self.config.channel, SENDER_CRONJOB, self.content(scheduled));
+        inbound.platform_key = Some(self.slot_key(scheduled));
+        inbound.metadata = self.metadata(catch_up);
+        inbound
+    }
+
+    /// `cron:{job}:{scheduled, RFC 3339 UTC}`: the identity of one scheduled run.
+    pub fn slot_key(&self, scheduled: DateTime<Utc>) -> String {
+        format!("cron:{}:{}", self.config.name, scheduled.to_rfc3339_opts(SecondsFormat::Secs, true))
+    }
+
+    fn content(&self, scheduled: DateTime<Utc>) -> String {
+        let local = scheduled.with_timezone(&self.timezone);
+        format!("`Cronjob` at `{} {}`:\n{}", local.format("%Y-%m-%d %H:%M:%S"), self.timezone, self.config.prompt)
+    }
+
+    fn metadata(&self, catch_up: bool) -> Metadata {
+        let mut metadata =
+            Metadata { is_cronjob: Some(true), cron_job: Some(self.config.name.clone()), ..Metadata::default() };
+        if catch_up {
+            metadata.extra.insert(CATCH_UP_KEY.to_owned(), Value::Bool(true));
+        }
+        metadata
     }
 }
 
@@ -143,19 +176,29 @@ pub async fn last_fired(gateway: &Gateway, job: &CronJob) -> Result<Option<DateT
         .and_then(|m| m.created_at))
 }
 
-/// Post a job's trigger into the active session of its channel.
-async fn fire(gateway: &Gateway, job: &CronJob, scheduled: DateTime<Utc>, catch_up: bool) {
-    let session = match gateway.resolve_session(&job.config.chatbot, &job.config.channel).await {
-        Ok(session) => session,
-        Err(error) => {
-            tracing::error!(%error, job = %job.config.name, "cron: resolving the session failed; the run is skipped");
-            return;
+/// Post a job's trigger for the run scheduled at `scheduled` into the active session of its
+/// channel. A slot already posted answers [`Ingested::Duplicate`] and posts nothing.
+pub async fn fire(
+    gateway: &Gateway,
+    job: &CronJob,
+    scheduled: DateTime<Utc>,
+    catch_up: bool,
+) -> Result<Ingested, IngestError> {
+    // Triggers carry no files: the staging folder is never written.
+    let staging = Staging::new(PathBuf::new());
+    ingest(gateway, &staging, job.inbound(scheduled, catch_up)).await
+}
+
+/// [`fire`], logging the outcome: a failed run is skipped, the schedule goes on.
+async fn fire_logged(gateway: &Gateway, job: &CronJob, scheduled: DateTime<Utc>, catch_up: bool) {
+    match fire(gateway, job, scheduled, catch_up).await {
+        Ok(Ingested::Posted(_)) => tracing::info!(job = %job.config.name, %scheduled, catch_up, "cron job fired"),
+        Ok(Ingested::Duplicate(id)) => {
+            tracing::info!(job = %job.config.name, %scheduled, message = %id, "cron: this run was already posted")
         }
-    };
-    let message = job.trigger(&session.id, scheduled, catch_up);
-    match gateway.post(&message).await {
-        Ok(_) => tracing::info!(job = %job.config.name, %scheduled, catch_up, "cron job fired"),
-        Err(error) => tracing::error!(%error, job = %job.config.name, "cron: posting the trigger failed"),
+        Err(error) => {
+            tracing::error!(%error, job = %job.config.name, "cron: posting the trigger failed; the run is skipped")
+        }
     }
 }
 
@@ -179,7 +222,7 @@ pub async fn run_cron(gateway: Gateway, jobs: Vec<CronJob>, shutdown: Cancellati
             && let Some(missed) = job.previous_at_or_before(now)
             && missed > last
         {
-            fire(&gateway, job, missed, true).await;
+            fire_logged(&gateway, job, missed, true).await;
         }
         next.push(job.next_after(now));
     }
@@ -194,7 +237,7 @@ pub async fn run_cron(gateway: Gateway, jobs: Vec<CronJob>, shutdown: Cancellati
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
-        fire(&gateway, &jobs[index], when, false).await;
+        fire_logged(&gateway, &jobs[index], when, false).await;
         next[index] = jobs[index].next_after(when);
     }
 }

@@ -212,11 +212,14 @@ impl Deliverer {
         let reason = format!("part {} could not be sent: {reason}", part.index);
         tracing::error!(chatbot_id = chatbot.chatbot_id(), message_id = %message.id, %reason, "delivery failed for good; the message is marked error");
         let claimed = self.gateway.claim(&message.id, Status::Error, &[Status::Pending], chatbot.chatbot_id()).await?;
-        if let Some(event) = claimed {
-            let mut metadata = event.message.metadata;
-            metadata.extra.insert(DELIVERY_ERROR_KEY.to_owned(), Value::String(reason.clone()));
-            self.gateway.update_metadata(&message.id, &metadata).await?;
-        }
+        let Some(event) = claimed else {
+            // Delivered or closed meanwhile (another deliverer, an interruption): not ours to fail.
+            tracing::debug!(message_id = %message.id, "message changed before it could be marked error");
+            return Ok(Delivered::Skipped);
+        };
+        let mut metadata = event.message.metadata;
+        metadata.extra.insert(DELIVERY_ERROR_KEY.to_owned(), Value::String(reason.clone()));
+        self.gateway.update_metadata(&message.id, &metadata).await?;
         if let Some(ledger) = &self.ledger {
             let root = message.parent_id.as_ref().unwrap_or(&message.id);
             ledger.record_delivery_failure(root, &reason).await?;

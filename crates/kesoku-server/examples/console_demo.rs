@@ -23,6 +23,8 @@ use async_trait::async_trait;
 use chrono::Utc;
 use futures::StreamExt;
 use kesoku_broker::MemoryBroker;
+use kesoku_chatbots::control::{SessionControl, StopAck, TurnStop};
+use kesoku_chatbots::{ChatbotError, Deliverer};
 use kesoku_core::{
     Activation, ActivationId, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Message, MessageFilter, Outcome,
     SessionId, Status, TurnMetrics, TurnOrigin, Usage,
@@ -244,23 +246,31 @@ impl FakeAgent {
 struct DemoControl(Arc<FakeAgent>, Mutex<u64>);
 
 #[async_trait]
-impl AgentControl for DemoControl {
-    async fn stop_session(&self, session_id: &SessionId) -> Result<usize, String> {
-        let cancel = self.0.running.lock().map_err(|_| "lock poisoned")?.get(session_id).map(|(_, c)| c.clone());
+impl SessionControl for DemoControl {
+    async fn stop_session(&self, session_id: &SessionId) -> Result<StopAck, ChatbotError> {
+        let cancel = self
+            .0
+            .running
+            .lock()
+            .map_err(|_| ChatbotError::Stop("the demo's lock is poisoned".into()))?
+            .get(session_id)
+            .map(|(_, c)| c.clone());
         if let Some(cancel) = cancel {
             cancel.cancel();
         }
         let filter = MessageFilter::session(session_id).with_statuses(&[Status::PendingAgent]);
-        let waiting = self.0.gateway.store().list_messages(&filter).await.map_err(|e| e.to_string())?;
-        let mut interrupted = 0;
+        let waiting = self.0.gateway.store().list_messages(&filter).await?;
+        let mut interrupted_waiting = 0;
         for message in waiting {
             if self.0.gateway.update_status(&message.id, Status::Interrupted).await.is_ok() {
-                interrupted += 1;
+                interrupted_waiting += 1;
             }
         }
-        Ok(interrupted)
+        Ok(StopAck { turn: TurnStop::Requested, interrupted_waiting })
     }
+}
 
+impl AgentControl for DemoControl {
     fn runtime_state(&self) -> RuntimeState {
         let running: Vec<RunningTurn> =
             self.0.running.lock().map(|r| r.values().map(|(turn, _)| turn.clone()).collect()).unwrap_or_default();
@@ -312,7 +322,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let listener = tokio::net::TcpListener::bind(&args.addr).await?;
     kesoku_server::check_bind(listener.local_addr()?, state.token.as_ref())?;
 
-    tokio::spawn(kesoku_server::run_api_delivery(gateway.clone(), shutdown.clone()));
+    let deliverer = Deliverer::new(gateway.clone(), workspace.clone()).with_ledger(Arc::clone(&handle.ledger));
+    tokio::spawn(kesoku_server::run_api_delivery(deliverer, shutdown.clone()));
     tokio::spawn(Arc::clone(&agent).run(shutdown.clone()));
     {
         // Keep the fake queue depth and the recorder's upkeep fresh.

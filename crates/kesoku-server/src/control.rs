@@ -2,26 +2,24 @@
 //!
 //! The server reads everything durable from the store and the ledger itself; what only the
 //! running process knows (which turns run now, queue depths, the limits in force) and what only
-//! it can do (stop a turn) comes through this trait. The binary implements it over the agent;
+//! it can do (stop a turn) comes through this trait. Stop, clear and compact are the
+//! [`SessionControl`] every chatbot's chat commands use too, so `/stop` in a chat and
+//! `POST /v1/sessions/{id}/stop` do the same thing. The binary implements it over the agent;
 //! tests and the demo implement it with a fake. It deliberately knows nothing of how the
 //! runtime schedules work.
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_broker::QueueDepths;
+use kesoku_chatbots::control::SessionControl;
 use kesoku_core::{ActivationId, Lane, MessageId, SessionId};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use crate::schema::LaneSchema;
 
-/// What the server may ask of the agent runtime.
-#[async_trait]
-pub trait AgentControl: Send + Sync + 'static {
-    /// Stop the session's running turn and interrupt its waiting messages; returns how many
-    /// waiting messages were interrupted.
-    async fn stop_session(&self, session_id: &SessionId) -> Result<usize, String>;
-
+/// What the server may ask of the agent runtime: the session controls chat commands use, and
+/// what runs now.
+pub trait AgentControl: SessionControl + 'static {
     /// What runs now: the running turns, queue depths per lane, and the limits of each lane.
     fn runtime_state(&self) -> RuntimeState;
 }

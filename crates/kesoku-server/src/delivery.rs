@@ -1,59 +1,55 @@
-//! Delivery for the `api` chatbot.
+//! The `api` chatbot: the HTTP API as a platform of the shared delivery seam.
 //!
-//! The HTTP API has no platform to send to: its "platform" is the event stream. A message of
-//! chatbot `api` counts as delivered once it has been broadcast, which the gateway does when the
-//! message is stored; so this task marks `pending` (final answers, notifications) and
-//! `responded` (thoughts, tool calls and results: the API is a UI chatbot) messages of that
-//! chatbot `delivered` as it hears of them. System-role messages (nudges, compaction summaries)
-//! are shown to nobody (spec §3: "User Visibility: No"), so they stay `responded`. Delivered
-//! does *not* mean a client read it: clients read the stream or the history whenever they like,
-//! and the stored message is the record.
+//! The API has no platform to send to: its "platform" is the event stream and the history
+//! route. A message of chatbot `api` is on that platform once it is stored (the gateway
+//! broadcasts it then), so [`ApiChatbot`] sends nothing: a step is "shown" at once, a part's
+//! platform id is its own key, and [`kesoku_chatbots::Deliverer`] records the parts and marks
+//! the message `delivered` as for any chatbot. The API is a UI chatbot (clients render steps),
+//! has no length limit (a part is the stored message, whole), and no files or buttons of its
+//! own (clients read the `[file: …]` and `[question: …]` markers in the text).
 //!
-//! On start it takes every such message still waiting (`ListenFrom::Current`), so nothing is
-//! left behind by a restart. A status that changed meanwhile (an unfinished tool call
-//! interrupted by a newer message) is not an error.
+//! What the seam decides stays true here: system-role messages (nudges, compaction summaries)
+//! are shown to nobody (spec §3: "User Visibility: No") and stay `responded`; a message whose
+//! status changed first (an interrupted tool call) is skipped. Delivered does *not* mean a
+//! client read it: clients read the stream or the history whenever they like.
 
-use std::pin::pin;
+use std::sync::Arc;
 
-use futures::StreamExt;
-use kesoku_core::{MessageFilter, MessageId, Status};
-use kesoku_gateway::{Gateway, GatewayError, ListenFrom};
-use kesoku_store::StoreError;
+use async_trait::async_trait;
+use kesoku_chatbots::answer::OutboundPart;
+use kesoku_chatbots::{Capabilities, Chatbot, Deliverer, DeliveryError};
+use kesoku_core::Message;
 use tokio_util::sync::CancellationToken;
 
 use crate::views::API_CHATBOT;
 
-/// Mark every `pending`/`responded` message of chatbot `api` that people see `delivered`, until
-/// `shutdown` fires or the broker closes.
-pub async fn run_api_delivery(gateway: Gateway, shutdown: CancellationToken) {
-    let filter =
-        MessageFilter::default().with_chatbot(API_CHATBOT).with_statuses(&[Status::Pending, Status::Responded]);
-    let mut stream = pin!(gateway.listen(filter, ListenFrom::Current));
-    loop {
-        let next = tokio::select! {
-            () = shutdown.cancelled() => return,
-            next = stream.next() => next,
-        };
-        match next {
-            Some(Ok(event)) if event.message.awaits_delivery() => deliver(&gateway, &event.message.id).await,
-            // Seen by nobody (nudges, compaction summaries): it stays `responded`.
-            Some(Ok(_hidden)) => {}
-            Some(Err(error)) => tracing::warn!(%error, "api delivery: reading messages failed; the stream catches up"),
-            None => {
-                tracing::info!("api delivery: the broker closed");
-                return;
-            }
-        }
+/// The HTTP API's chatbot (`api`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiChatbot;
+
+#[async_trait]
+impl Chatbot for ApiChatbot {
+    fn chatbot_id(&self) -> &str {
+        API_CHATBOT
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { shows_intermediates: true, ..Capabilities::text_only(usize::MAX) }
+    }
+
+    /// Stored is shown: clients get it from the stream or the history.
+    async fn show_step(&self, _step: &Message) -> Result<(), DeliveryError> {
+        Ok(())
+    }
+
+    /// The part is the stored message itself; its key is its id on this "platform".
+    async fn send_part(&self, _message: &Message, part: &OutboundPart) -> Result<String, DeliveryError> {
+        Ok(part.key.clone())
     }
 }
 
-async fn deliver(gateway: &Gateway, id: &MessageId) {
-    match gateway.update_status(id, Status::Delivered).await {
-        Ok(_) => tracing::debug!(message = %id, "api message delivered"),
-        // Someone moved it first (for example an interruption): nothing to deliver.
-        Err(GatewayError::Store(StoreError::IllegalTransition { .. } | StoreError::NotFound { .. })) => {
-            tracing::debug!(message = %id, "api message changed before delivery");
-        }
-        Err(error) => tracing::warn!(message = %id, %error, "api delivery: marking a message delivered failed"),
-    }
+/// Deliver every message of chatbot `api` through `deliverer` (the binary gives it the ledger)
+/// until `shutdown` fires or the broker closes.
+pub async fn run_api_delivery(deliverer: Deliverer, shutdown: CancellationToken) {
+    deliverer.run(Arc::new(ApiChatbot), shutdown).await;
 }

@@ -16,6 +16,9 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
+use kesoku_chatbots::ChatbotError;
+use kesoku_chatbots::ingest::IngestError;
+use kesoku_chatbots::staging::StagingError;
 use kesoku_gateway::GatewayError;
 use kesoku_store::StoreError;
 use serde::Serialize;
@@ -178,6 +181,35 @@ impl From<StoreError> for AppError {
 
 impl From<GatewayError> for AppError {
     fn from(error: GatewayError) -> Self {
+        AppError::internal(error)
+    }
+}
+
+/// A message [`kesoku_chatbots::ingest`] refused is the client's mistake, answered with what
+/// was wrong (a file name in the API's field-path words); any other failure is ours.
+impl From<IngestError> for AppError {
+    fn from(error: IngestError) -> Self {
+        if !error.is_refusal() {
+            return AppError::internal(error);
+        }
+        match error {
+            IngestError::Staging(StagingError::BadName { index, reason, .. }) => {
+                AppError::invalid_field(format!("`attachments[{index}].filename` {reason}"))
+            }
+            IngestError::Staging(StagingError::TooLarge { .. }) => {
+                AppError::new(ErrorCode::PayloadTooLarge, error.to_string())
+            }
+            IngestError::Empty
+            | IngestError::TooLong { .. }
+            | IngestError::MissingField { .. }
+            | IngestError::Staging(StagingError::BadSession(_) | StagingError::Io { .. })
+            | IngestError::Gateway(_) => AppError::invalid_field(error.to_string()),
+        }
+    }
+}
+
+impl From<ChatbotError> for AppError {
+    fn from(error: ChatbotError) -> Self {
         AppError::internal(error)
     }
 }

@@ -1,6 +1,7 @@
 //! Kesoku's HTTP face: the API (axum), live message events over Server-Sent Events, the
-//! OpenAPI document, Prometheus metrics, and the embedded web console; plus the `api` chatbot's
-//! delivery task and the shareable HTML export of a trajectory.
+//! OpenAPI document, Prometheus metrics, and the embedded web console; plus the `api`
+//! chatbot ([`ApiChatbot`], delivered by the shared [`kesoku_chatbots::Deliverer`]) and the
+//! shareable HTML export of a trajectory.
 //!
 //! This is the only crate that knows HTTP routes. It talks to the system through the
 //! [`kesoku_gateway::Gateway`] (writes and live events), the store and the ledger (reads), and
@@ -13,7 +14,8 @@
 //! kesoku_server::check_bind(addr, token.as_ref())?;
 //! let state = ServerState::new(gateway.clone(), ledger, Arc::new(AgentHandle(agent)), workspace)
 //!     .with_metrics(prometheus_handle);          // + .with_token(token) when set
-//! tokio::spawn(kesoku_server::run_api_delivery(gateway, shutdown.clone()));
+//! let deliverer = Deliverer::new(gateway.clone(), workspace).with_ledger(ledger);
+//! tokio::spawn(kesoku_server::run_api_delivery(deliverer, shutdown.clone()));
 //! kesoku_server::serve(TcpListener::bind(addr).await?, state, shutdown).await?;
 //! ```
 
@@ -31,11 +33,10 @@ mod server;
 mod trajectory;
 mod views;
 
-pub use attachments::safe_file_name;
 pub use auth::{ACCESS_TOKEN_PARAM, Token, check_bind};
 pub use console::CONSOLE_CSP;
 pub use control::{AgentControl, LaneDepths, LaneLimits, RunningTurn, RuntimeState, TurnLimits};
-pub use delivery::run_api_delivery;
+pub use delivery::{ApiChatbot, run_api_delivery};
 pub use error::{AppError, ErrorBody, ErrorCode, ErrorDetail, ServerError};
 pub use routes::COMPACTION_REQUEST_TEXT;
 pub use server::{DEFAULT_BODY_LIMIT, MemoryProbe, ServerState, app, openapi_document, serve};

@@ -46,6 +46,11 @@ pub struct PostMessageParams {
     #[serde(default)]
     #[schema(max_items = 20)]
     pub attachments: Vec<AttachmentParams>,
+    /// The client's own id for this message, unique per `chatbot_id`: a retried post with the
+    /// same id (a timeout, a lost answer) is stored once and answers `200` with the first
+    /// message's id instead of `202`.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "web-7f3a2c")]
+    pub client_message_id: Option<String>,
 }
 
 /// One attached file.
@@ -85,6 +90,9 @@ impl Validate for PostMessageParams {
         check_text("channel_id", &self.channel_id, 1, MAX_NAME_CHARS)?;
         check_text("sender", &self.sender, 1, MAX_NAME_CHARS)?;
         check_text("content", &self.content, 1, usize::MAX)?;
+        if let Some(client_message_id) = &self.client_message_id {
+            check_text("client_message_id", client_message_id, 1, MAX_NAME_CHARS)?;
+        }
         if self.attachments.len() > MAX_ATTACHMENTS {
             return Err(AppError::invalid_field(format!("at most {MAX_ATTACHMENTS} attachments per message")));
         }

@@ -238,11 +238,6 @@ impl Config {
         })
     }
 
-    /// The staging folder of a session.
-    pub fn session_dir(&self, session_id: &kesoku_core::SessionId) -> PathBuf {
-        self.workspace_dir.join("sessions").join(session_id.as_str())
-    }
-
     /// Resolve a path written in the config file.
     pub fn resolve_path(&self, path: &str) -> PathBuf {
         let base = self.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));

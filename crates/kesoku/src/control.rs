@@ -1,21 +1,19 @@
-//! The in-process agent behind the seams other crates define: the HTTP server's
-//! [`AgentControl`] (stop a session, report what runs) and the chat commands' `SessionControl`.
+//! The in-process agent behind the seams other crates define: the [`SessionControl`] the chat
+//! commands and the HTTP API share (stop a session), and the server's [`AgentControl`] (what
+//! runs now).
 
 use async_trait::async_trait;
 use kesoku_agent::Agent;
 use kesoku_broker::StopReason;
+use kesoku_chatbots::ChatbotError;
+use kesoku_chatbots::control::{SessionControl, StopAck, TurnStop};
 use kesoku_core::{Lane, SessionId};
 use kesoku_server::{AgentControl, LaneDepths, LaneLimits, RunningTurn, RuntimeState, TurnLimits};
 
 #[derive(Debug, Clone)]
 pub struct AgentHandle(pub Agent);
 
-#[async_trait]
 impl AgentControl for AgentHandle {
-    async fn stop_session(&self, session_id: &SessionId) -> Result<usize, String> {
-        self.0.stop_session(session_id, StopReason::UserRequest).await.map_err(|e| e.to_string())
-    }
-
     fn runtime_state(&self) -> RuntimeState {
         let limits = |lane: Lane| {
             let l = self.0.limits().for_lane(lane);
@@ -46,19 +44,13 @@ impl AgentControl for AgentHandle {
 }
 
 #[async_trait]
-impl kesoku_chatbots::commands::SessionControl for AgentHandle {
-    async fn stop_session(
-        &self,
-        session_id: &SessionId,
-    ) -> Result<kesoku_chatbots::commands::StopAck, kesoku_chatbots::ChatbotError> {
+impl SessionControl for AgentHandle {
+    async fn stop_session(&self, session_id: &SessionId) -> Result<StopAck, ChatbotError> {
         let interrupted_waiting = self
             .0
             .stop_session(session_id, StopReason::UserRequest)
             .await
-            .map_err(|error| kesoku_chatbots::ChatbotError::Stop(error.to_string()))?;
-        Ok(kesoku_chatbots::commands::StopAck {
-            turn: kesoku_chatbots::commands::TurnStop::Requested,
-            interrupted_waiting,
-        })
+            .map_err(|error| ChatbotError::Stop(error.to_string()))?;
+        Ok(StopAck { turn: TurnStop::Requested, interrupted_waiting })
     }
 }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use kesoku_core::{Message, MessageFilter, MessageId, MessageType, SessionId, Status};
+use kesoku_core::{DeliveryRecord, Message, MessageFilter, MessageId, MessageType, SessionId, Status};
 use kesoku_gateway::{Gateway, ListenFrom};
 use tokio::sync::mpsc::UnboundedReceiver;
 
@@ -166,11 +166,15 @@ impl CliChatbot {
 
     /// Write text as is; the spinner, if any, moves below it.
     pub fn print(&self, text: &str) -> Result<(), ChatbotError> {
+        Ok(self.print_io(text)?)
+    }
+
+    /// [`Self::print`] with the terminal's error as it is.
+    fn print_io(&self, text: &str) -> std::io::Result<()> {
         let mut screen = lock(&self.screen);
         screen.clear_spinner()?;
         screen.sink.write(text)?;
-        screen.draw_spinner()?;
-        Ok(())
+        screen.draw_spinner()
     }
 
     /// A notice line (command replies, "interrupted").
@@ -352,6 +356,9 @@ impl Chatbot for CliChatbot {
         Ok(())
     }
 
+    /// Each part is printed as the renderer shows the message, without the turn's figures and
+    /// without the blank line after: both come once, after the last part ([`Self::on_delivered`]),
+    /// so an answer with several parts reads as one block.
     async fn send_part(&self, message: &Message, part: &OutboundPart) -> Result<String, DeliveryError> {
         let text = match &part.part {
             Part::Text(text) => text.clone(),
@@ -362,8 +369,21 @@ impl Chatbot for CliChatbot {
                 format!("{prompt}\n{}", numbered.join("\n"))
             }
         };
-        self.show(&Message { content: text, ..message.clone() })?;
+        let mut shown = Message { content: text, ..message.clone() };
+        shown.metadata.turn_metrics = None;
+        if let Some(rendered) = self.renderer.render(&shown) {
+            self.print_io(&rendered)?;
+        }
         Ok(part.key.clone())
+    }
+
+    async fn on_delivered(&self, message: &Message, _sent: &[DeliveryRecord]) -> Result<(), DeliveryError> {
+        if self.renderer.render(message).is_none() {
+            return Ok(());
+        }
+        let figures = message.metadata.turn_metrics.as_ref().map(|metrics| self.renderer.metrics_line(metrics));
+        self.print_io(&format!("{}\n", figures.unwrap_or_default()))?;
+        Ok(())
     }
 }
 
@@ -372,10 +392,7 @@ impl CliChatbot {
     /// answers stay apart).
     fn show(&self, message: &Message) -> std::io::Result<()> {
         if let Some(text) = self.renderer.render(message) {
-            self.print(&format!("{text}\n")).map_err(|error| match error {
-                ChatbotError::Terminal(io) => io,
-                other => std::io::Error::other(other.to_string()),
-            })?;
+            self.print_io(&format!("{text}\n"))?;
         }
         Ok(())
     }

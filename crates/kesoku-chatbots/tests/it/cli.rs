@@ -3,10 +3,9 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kesoku_chatbots::ChatbotError;
 use kesoku_chatbots::cli::{CliChatbot, RenderMode, TurnOutcome};
 use kesoku_chatbots::commands::{SessionControl, StopAck, TurnStop};
-use kesoku_chatbots::deliver;
+use kesoku_chatbots::{ChatbotError, Deliverer};
 use kesoku_core::{SessionId, Status, TurnOrigin};
 
 use crate::support::{Captured, fixture, tool_turn};
@@ -25,9 +24,10 @@ async fn plain_transcript() -> String {
     );
     long_result.step = 1;
     let notice = TurnOrigin::of(&turn[0], "Kesoku").notification("🔄 History compacted.");
+    let deliverer = Deliverer::new(fixture.gateway.clone(), fixture.workspace());
     for message in turn.iter().skip(1).chain([&long_result, &notice]) {
         fixture.gateway.post(message).await.expect("post");
-        deliver(&fixture.gateway, &chatbot, message).await.expect("deliver");
+        deliverer.deliver(&chatbot, message).await.expect("deliver");
     }
     captured.text()
 }
@@ -50,9 +50,10 @@ async fn a_turn_in_rich_mode_is_coloured_and_boxed() {
     let fixture = fixture().await;
     let captured = Captured::default();
     let chatbot = CliChatbot::with_writer(RenderMode::Rich, 60, Box::new(captured.clone()));
+    let deliverer = Deliverer::new(fixture.gateway.clone(), fixture.workspace());
     for message in tool_turn(&fixture.session).iter().skip(1) {
         fixture.gateway.post(message).await.expect("post");
-        deliver(&fixture.gateway, &chatbot, message).await.expect("deliver");
+        deliverer.deliver(&chatbot, message).await.expect("deliver");
     }
     let text = captured.text();
     assert!(text.contains("\u{1b}[36m╭─ 💭 Thought"), "cyan thought panel: {text:?}");
@@ -75,6 +76,7 @@ impl SessionControl for NoControl {
 async fn following_a_turn_renders_its_steps_and_returns_when_the_root_ends() {
     let fixture = fixture().await;
     let gateway = fixture.gateway.clone();
+    let deliverer = Deliverer::new(gateway.clone(), fixture.workspace());
     let captured = Captured::default();
     let chatbot = CliChatbot::with_writer(RenderMode::Plain, 80, Box::new(captured.clone()));
     let turn = tool_turn(&fixture.session);
@@ -94,7 +96,7 @@ async fn following_a_turn_renders_its_steps_and_returns_when_the_root_ends() {
     let (_interrupt, mut interrupts) = tokio::sync::mpsc::unbounded_channel();
     let outcome = tokio::time::timeout(
         Duration::from_secs(10),
-        chatbot.follow_turn(&gateway, &fixture.session.id, &turn[0].id, after, &NoControl, &mut interrupts),
+        chatbot.follow_turn(&deliverer, &fixture.session.id, &turn[0].id, after, &NoControl, &mut interrupts),
     )
     .await
     .expect("the turn ends")
@@ -113,6 +115,7 @@ async fn following_a_turn_renders_its_steps_and_returns_when_the_root_ends() {
 async fn a_second_interrupt_stops_waiting_when_the_turn_cannot_be_stopped() {
     let fixture = fixture().await;
     let gateway = fixture.gateway.clone();
+    let deliverer = Deliverer::new(gateway.clone(), fixture.workspace());
     let captured = Captured::default();
     let chatbot = CliChatbot::with_writer(RenderMode::Plain, 80, Box::new(captured.clone()));
     let turn = tool_turn(&fixture.session);
@@ -123,7 +126,7 @@ async fn a_second_interrupt_stops_waiting_when_the_turn_cannot_be_stopped() {
     interrupt.send(()).expect("second Ctrl-C");
     let outcome = tokio::time::timeout(
         Duration::from_secs(10),
-        chatbot.follow_turn(&gateway, &fixture.session.id, &turn[0].id, after, &NoControl, &mut interrupts),
+        chatbot.follow_turn(&deliverer, &fixture.session.id, &turn[0].id, after, &NoControl, &mut interrupts),
     )
     .await
     .expect("returns")

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use kesoku_chatbots::cron::{CATCH_UP_KEY, CronJob, CronJobConfig, run_cron};
+use kesoku_chatbots::Ingested;
+use kesoku_chatbots::cron::{CATCH_UP_KEY, CronJob, CronJobConfig, fire, run_cron};
 use kesoku_core::{Message, MessageFilter, Role, Status};
 use tokio_util::sync::CancellationToken;
 
@@ -74,6 +75,30 @@ async fn a_run_missed_while_down_is_made_up_once() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     shutdown.cancel();
     task.await.expect("join");
+    assert_eq!(triggers(&f.gateway).await.len(), 2);
+}
+
+#[tokio::test]
+async fn the_same_slot_fired_twice_is_stored_once() {
+    let f = fixture().await;
+    let daily = CronJob::parse(job("daily", "0 9 * * *")).expect("parse");
+    let slot = Utc.with_ymd_and_hms(2026, 12, 3, 9, 0, 0).single().expect("time");
+    assert_eq!(daily.slot_key(slot), "cron:daily:2026-12-03T09:00:00Z");
+    let first = fire(&f.gateway, &daily, slot, false).await.expect("first fire");
+    let Ingested::Posted(posted) = first else { panic!("expected a post, got {first:?}") };
+    // The timer and a catch-up (or a second process) fire the same slot.
+    let second = fire(&f.gateway, &daily, slot, true).await.expect("second fire");
+    assert_eq!(second, Ingested::Duplicate(posted.id.clone()));
+    let stored = triggers(&f.gateway).await;
+    assert_eq!(stored.len(), 1);
+    let trigger = &stored[0];
+    assert_eq!((trigger.sender.as_str(), trigger.status), ("Cronjob", Status::PendingAgent));
+    assert_eq!((trigger.metadata.is_cronjob, trigger.metadata.cron_job.as_deref()), (Some(true), Some("daily")));
+    assert!(!trigger.metadata.extra.contains_key(CATCH_UP_KEY), "the first post is kept as it was");
+    assert_eq!(trigger.session_id, f.session.id);
+    // The next day's slot is a run of its own.
+    let next = fire(&f.gateway, &daily, slot + chrono::Duration::days(1), false).await.expect("next day");
+    assert!(matches!(next, Ingested::Posted(_)), "{next:?}");
     assert_eq!(triggers(&f.gateway).await.len(), 2);
 }
 

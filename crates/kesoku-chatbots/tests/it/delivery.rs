@@ -1,19 +1,19 @@
-//! What awaits delivery, presenting then marking `delivered`, and the delivery loop.
+//! What awaits delivery, showing then marking `delivered`, and the delivery loop.
 
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use kesoku_chatbots::{Chatbot, ChatbotError, awaits_delivery, deliver, run_delivery};
+use kesoku_chatbots::answer::OutboundPart;
+use kesoku_chatbots::{Capabilities, Chatbot, Delivered, Deliverer, DeliveryError};
 use kesoku_core::{Message, MessageId, Status, TurnOrigin};
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{fixture, tool_turn};
+use crate::support::{eventually, fixture, tool_turn};
 
-/// Records what it was asked to present.
+/// Records what it was asked to show or send (a chatbot with step UI and no length limit).
 #[derive(Default)]
 struct Recorder {
-    presented: Mutex<Vec<MessageId>>,
+    shown: Mutex<Vec<MessageId>>,
 }
 
 #[async_trait]
@@ -22,14 +22,23 @@ impl Chatbot for Recorder {
         "cli"
     }
 
-    async fn present(&self, message: &Message) -> Result<(), ChatbotError> {
-        self.presented.lock().expect("lock").push(message.id.clone());
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { shows_intermediates: true, ..Capabilities::text_only(usize::MAX) }
+    }
+
+    async fn show_step(&self, step: &Message) -> Result<(), DeliveryError> {
+        self.shown.lock().expect("lock").push(step.id.clone());
         Ok(())
+    }
+
+    async fn send_part(&self, message: &Message, part: &OutboundPart) -> Result<String, DeliveryError> {
+        self.shown.lock().expect("lock").push(message.id.clone());
+        Ok(part.key.clone())
     }
 }
 
 #[tokio::test]
-async fn steps_and_answers_are_presented_once_and_marked_delivered_while_hidden_ones_are_not() {
+async fn steps_and_answers_are_shown_once_and_marked_delivered_while_hidden_ones_are_not() {
     let fixture = fixture().await;
     let gateway = &fixture.gateway;
     let turn = tool_turn(&fixture.session);
@@ -44,22 +53,25 @@ async fn steps_and_answers_are_presented_once_and_marked_delivered_while_hidden_
         gateway.post(message).await.expect("post");
     }
     let recorder = Recorder::default();
-    let mut presented = Vec::new();
+    let deliverer = Deliverer::new(gateway.clone(), fixture.workspace());
+    let mut shown = Vec::new();
     for message in turn.iter().chain([&nudge, &elsewhere]) {
-        if deliver(gateway, &recorder, message).await.expect("deliver") {
-            presented.push(message.id.clone());
+        match deliverer.deliver(&recorder, message).await.expect("deliver") {
+            Delivered::Shown => shown.push(message.id.clone()),
+            Delivered::Skipped => {}
+            other @ (Delivered::Marked | Delivered::Failed(_)) => panic!("{other:?} for {:?}", message.message_type),
         }
     }
     let expected: Vec<MessageId> = turn[1..].iter().map(|m| m.id.clone()).collect();
-    assert_eq!(presented, expected, "thought, call, result and answer; not the root, the nudge, or discord's");
-    assert_eq!(*recorder.presented.lock().expect("lock"), expected);
+    assert_eq!(shown, expected, "thought, call, result and answer; not the root, the nudge, or discord's");
+    assert_eq!(*recorder.shown.lock().expect("lock"), expected);
     for message in &turn[1..] {
         let stored = gateway.store().get_message(&message.id).await.expect("read").expect("exists");
         assert_eq!(stored.status, Status::Delivered, "{:?}", stored.message_type);
     }
     let nudge = gateway.store().get_message(&nudge.id).await.expect("read").expect("exists");
     assert_eq!(nudge.status, Status::Responded, "nudges stay as they are");
-    assert!(!awaits_delivery(&nudge) && !awaits_delivery(&turn[0]));
+    assert!(!nudge.awaits_delivery() && !turn[0].awaits_delivery());
 }
 
 #[tokio::test]
@@ -71,29 +83,21 @@ async fn the_delivery_loop_takes_stored_work_first_then_live_work_and_stops_on_s
     let before = origin.notification("stored before the loop started");
     gateway.post(&before).await.expect("post");
 
-    let recorder = std::sync::Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder::default());
     let shutdown = CancellationToken::new();
     let task = {
-        let gateway = gateway.clone();
-        let recorder = std::sync::Arc::clone(&recorder);
+        let deliverer = Deliverer::new(gateway.clone(), fixture.workspace());
+        let chatbot: Arc<dyn Chatbot> = recorder.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move { run_delivery(gateway, recorder.as_ref(), shutdown).await })
+        tokio::spawn(async move { deliverer.run(chatbot, shutdown).await })
     };
     let live = origin.notification("posted while it runs");
     gateway.post(&live).await.expect("post");
-
-    let wait = async {
-        loop {
-            let done =
-                gateway.store().get_message(&live.id).await.expect("read").expect("exists").status == Status::Delivered;
-            if done {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), wait).await.expect("the live message is delivered");
+    eventually("the live message is delivered", || async {
+        gateway.store().get_message(&live.id).await.expect("read").expect("exists").status == Status::Delivered
+    })
+    .await;
     shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(10), task).await.expect("the loop stops").expect("no panic");
-    assert_eq!(*recorder.presented.lock().expect("lock"), vec![before.id.clone(), live.id.clone()]);
+    task.await.expect("the loop stops without a panic");
+    assert_eq!(*recorder.shown.lock().expect("lock"), vec![before.id.clone(), live.id.clone()]);
 }

@@ -1,19 +1,29 @@
 //! A gateway over a fresh SQLite store, a turn's worth of messages, and a writer tests can read.
 
 use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
 use kesoku_broker::MemoryBroker;
 use kesoku_core::{Message, Session, TurnMetrics, TurnOrigin};
 use kesoku_gateway::Gateway;
+use kesoku_store::Ledger;
 use serde_json::json;
 use tempfile::TempDir;
 
 pub struct Fixture {
     pub gateway: Gateway,
+    pub ledger: Arc<dyn Ledger>,
     pub session: Session,
-    _dir: TempDir,
+    /// Holds the database; also the workspace of tests that stage or name files.
+    pub dir: TempDir,
+}
+
+impl Fixture {
+    pub fn workspace(&self) -> &Path {
+        self.dir.path()
+    }
 }
 
 /// A store with one active `cli` session.
@@ -24,7 +34,7 @@ pub async fn fixture() -> Fixture {
     let session = Session::new("cli", "cli", Utc::now());
     gateway.store().create_session(&session).await.expect("create a session");
     gateway.store().set_active_session("cli", "cli", &session.id).await.expect("activate it");
-    Fixture { gateway, session, _dir: dir }
+    Fixture { gateway, ledger: handle.ledger, session, dir }
 }
 
 /// A finished tool turn as the agent writes it: root, thought, call, result, answer (with
@@ -60,4 +70,43 @@ impl Write for Captured {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// A `Write` that keeps each write as one block: the CLI chatbot prints every message (and
+/// every part of one) in a single write, so the blocks are what a person saw, one by one.
+#[derive(Clone, Default)]
+pub struct Blocks(Arc<Mutex<Vec<String>>>);
+
+impl Blocks {
+    pub fn blocks(&self) -> Vec<String> {
+        self.0.lock().expect("blocks lock").clone()
+    }
+}
+
+impl Write for Blocks {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("blocks lock").push(String::from_utf8_lossy(bytes).into_owned());
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Wait until `check` holds, polling every 10 ms, at most 1,000 times. Counted in polls, not
+/// in clock time, so it also works under a paused clock (which jumps ahead while the store
+/// works on its own thread).
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    for _ in 0..1000 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting: {what}");
 }

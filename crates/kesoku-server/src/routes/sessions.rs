@@ -6,7 +6,8 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use chrono::Utc;
 use http::{HeaderValue, StatusCode, header};
-use kesoku_core::{Message, MessageFilter, Session, Status};
+use kesoku_chatbots::control::TurnStop;
+use kesoku_core::{MessageFilter, Status};
 use kesoku_store::SessionFilter;
 
 use super::{activities, load_session, session_views};
@@ -19,9 +20,9 @@ use crate::views::{
     SessionListResponse, SessionStateResponse, SessionView, StopResponse, WaitingView, WorkerView,
 };
 
-/// Content of the Manual Compaction Trigger posted by `POST /v1/sessions/{id}/compact`.
-pub const COMPACTION_REQUEST_TEXT: &str =
-    "[System Notification] The user manually requested compaction of the conversation history.";
+/// Content of the Manual Compaction Trigger posted by `POST /v1/sessions/{id}/compact` (the
+/// same as the chat command `/compact` posts).
+pub const COMPACTION_REQUEST_TEXT: &str = kesoku_chatbots::control::COMPACTION_REQUEST;
 
 /// List sessions, newest first.
 #[utoipa::path(
@@ -94,12 +95,12 @@ pub(crate) async fn stop_session(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<StopResponse>, AppError> {
     let session = load_session(&state, &id).await?;
-    let interrupted = state
-        .control
-        .stop_session(&session.id)
-        .await
-        .map_err(|error| AppError::internal(format!("stopping session {}: {error}", session.id)))?;
-    Ok(Json(StopResponse { session_id: session.id, interrupted: u64::try_from(interrupted).unwrap_or(u64::MAX) }))
+    let ack = state.control.stop_session(&session.id).await?;
+    if let TurnStop::Unreachable(reason) = &ack.turn {
+        tracing::warn!(session = %session.id, %reason, "the running turn could not be stopped from here");
+    }
+    let interrupted = u64::try_from(ack.interrupted_waiting).unwrap_or(u64::MAX);
+    Ok(Json(StopResponse { session_id: session.id, interrupted }))
 }
 
 /// Ask the agent to compact the session's history (posts the Manual Compaction Trigger).
@@ -120,9 +121,8 @@ pub(crate) async fn compact_session(
 ) -> Result<(StatusCode, Json<PostMessageResponse>), AppError> {
     let session = load_session(&state, &id).await?;
     let trigger =
-        Message::compaction_trigger(&session.id, &session.chatbot_id, &session.channel_id, COMPACTION_REQUEST_TEXT);
-    let event = state.gateway.post(&trigger).await?;
-    Ok((StatusCode::ACCEPTED, Json(PostMessageResponse { id: event.message.id, session_id: session.id })))
+        state.control.compact_session(&state.gateway, &session.id, &session.chatbot_id, &session.channel_id).await?;
+    Ok((StatusCode::ACCEPTED, Json(PostMessageResponse { id: trigger.id, session_id: session.id })))
 }
 
 /// Start a new session for this session's (chatbot, channel); the old one is kept.
@@ -142,12 +142,9 @@ pub(crate) async fn clear_session(
     ApiPath(id): ApiPath<String>,
 ) -> Result<(StatusCode, Json<SessionView>), AppError> {
     let old = load_session(&state, &id).await?;
-    let store = state.gateway.store();
-    let fresh = Session::new(&old.chatbot_id, &old.channel_id, Utc::now());
-    store.create_session(&fresh).await?;
-    store.set_active_session(&old.chatbot_id, &old.channel_id, &fresh.id).await?;
+    let fresh = state.control.clear_session(&state.gateway, &old.chatbot_id, &old.channel_id).await?;
     // Read it back: the stored timestamps are what later reads return.
-    let stored = store.get_session(&fresh.id).await?.unwrap_or(fresh);
+    let stored = state.gateway.store().get_session(&fresh.id).await?.unwrap_or(fresh);
     Ok((StatusCode::CREATED, Json(SessionView::new(stored, true, Activity::Idle))))
 }
 

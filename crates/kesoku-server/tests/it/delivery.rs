@@ -1,4 +1,4 @@
-//! The `api` chatbot's delivery task.
+//! The `api` chatbot's delivery: the shared deliverer running [`kesoku_server::ApiChatbot`].
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -45,7 +45,7 @@ async fn pending_and_responded_api_messages_become_delivered_and_others_are_left
     let discord_reply = server.post(&TurnOrigin::of(&discord_root, "Kesoku").final_text(1, "hello", None)).await;
 
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(run_api_delivery(server.gateway.clone(), shutdown.clone()));
+    let task = tokio::spawn(run_api_delivery(server.deliverer(), shutdown.clone()));
     // Written while it runs: picked up live.
     let call = server.post(&origin.tool_call(1, "c1", "search", serde_json::json!({}))).await;
     let answer = server.post(&origin.final_text(2, "done", None)).await;
@@ -71,7 +71,7 @@ async fn nudges_and_compaction_summaries_stay_responded() {
     // Written before the task starts (its catch-up) and while it runs (live).
     let early_nudge = server.post(&origin.nudge(1, "Your previous response had empty content.")).await;
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(run_api_delivery(server.gateway.clone(), shutdown.clone()));
+    let task = tokio::spawn(run_api_delivery(server.deliverer(), shutdown.clone()));
     let summary = server.post(&Message::compaction_summary(&api.id, "api", "web", "summary")).await;
     let live_nudge = server.post(&origin.nudge(2, "Your previous response had empty content.")).await;
     // The answer is posted last: once it is delivered, the task has seen everything before it.
@@ -98,7 +98,7 @@ async fn a_message_that_changed_first_is_not_an_error() {
     // An interruption got there first.
     server.gateway.update_status(&call.id, Status::Interrupted).await.expect("interrupt");
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(run_api_delivery(server.gateway.clone(), shutdown.clone()));
+    let task = tokio::spawn(run_api_delivery(server.deliverer(), shutdown.clone()));
     let later = server.post(&origin.final_text(1, "ok", None)).await;
     assert!(
         wait_delivered(&server.gateway, &api.id, std::slice::from_ref(&later.id)).await,

@@ -8,6 +8,8 @@ use axum::Router;
 use axum::body::Body;
 use http::{HeaderMap, Method, Request, StatusCode};
 use kesoku_broker::MemoryBroker;
+use kesoku_chatbots::ChatbotError;
+use kesoku_chatbots::control::{SessionControl, StopAck, TurnStop};
 use kesoku_core::{Message, SessionId};
 use kesoku_gateway::Gateway;
 use kesoku_server::{AgentControl, LaneDepths, LaneLimits, RuntimeState, ServerState, TurnLimits};
@@ -21,18 +23,22 @@ use tower::ServiceExt;
 pub struct FakeControl {
     /// Sessions asked to stop, in order.
     pub stopped: Mutex<Vec<SessionId>>,
-    /// What `stop_session` answers.
+    /// What `stop_session` answers: the number of waiting messages interrupted, or a failure.
     pub stop_result: Mutex<Option<Result<usize, String>>>,
     pub state: Mutex<RuntimeState>,
 }
 
 #[async_trait]
-impl AgentControl for FakeControl {
-    async fn stop_session(&self, session_id: &SessionId) -> Result<usize, String> {
+impl SessionControl for FakeControl {
+    async fn stop_session(&self, session_id: &SessionId) -> Result<StopAck, ChatbotError> {
         self.stopped.lock().expect("lock").push(session_id.clone());
-        self.stop_result.lock().expect("lock").clone().unwrap_or(Ok(0))
+        let result = self.stop_result.lock().expect("lock").clone().unwrap_or(Ok(0));
+        let interrupted_waiting = result.map_err(ChatbotError::Stop)?;
+        Ok(StopAck { turn: TurnStop::Requested, interrupted_waiting })
     }
+}
 
+impl AgentControl for FakeControl {
     fn runtime_state(&self) -> RuntimeState {
         self.state.lock().expect("lock").clone()
     }
@@ -75,6 +81,11 @@ impl TestServer {
 
     pub fn app(&self) -> Router {
         kesoku_server::app(self.state())
+    }
+
+    /// The `api` chatbot's deliverer, as the binary wires it (with the ledger).
+    pub fn deliverer(&self) -> kesoku_chatbots::Deliverer {
+        kesoku_chatbots::Deliverer::new(self.gateway.clone(), self.dir.path()).with_ledger(Arc::clone(&self.ledger))
     }
 
     /// Post a message through the gateway (as an adapter or the agent would).

@@ -2,7 +2,7 @@
 //!
 //! With a prompt it runs one turn; without one it opens an interactive session (line editing,
 //! history in `<workspace>/chat_history`, the shared chat commands). Either way this process is
-//! the `cli` chatbot: it posts the user's messages through the gateway, renders each step of
+//! the `cli` chatbot: it posts the user's messages through `kesoku_chatbots::ingest`, renders each step of
 //! the turn as it is stored and marks it `delivered` (`kesoku_chatbots::cli`), and waits for
 //! the turn to end before prompting again. Ctrl-C during a turn stops the turn (a second one
 //! stops waiting); Ctrl-C at the prompt clears the line; Ctrl-D exits.
@@ -25,8 +25,9 @@ use chrono::Utc;
 use kesoku_agent::Agent;
 use kesoku_chatbots::cli::{CLI_CHANNEL, CLI_CHATBOT, CLI_SENDER, CliChatbot, RenderMode, TurnOutcome};
 use kesoku_chatbots::commands::{self, CommandContext, CommandEffect, SessionControl, StopAck, TurnStop};
-use kesoku_chatbots::{ChatbotError, Deliverer};
-use kesoku_core::{Attachment, Message, MessageFilter, Session, SessionId, Status};
+use kesoku_chatbots::staging::{IncomingFile, Staging};
+use kesoku_chatbots::{ChatbotError, Deliverer, Inbound, Ingested, ingest};
+use kesoku_core::{Message, MessageFilter, Session, SessionId, Status};
 use kesoku_gateway::Gateway;
 use kesoku_store::SessionFilter;
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
@@ -199,12 +200,9 @@ async fn one_shot(
     }
     let gateway = deliverer.gateway();
     chatbot.deliver_outstanding(deliverer, &session.id).await?;
-    let mut message = Message::user_text(&session.id, CLI_CHATBOT, CLI_CHANNEL, CLI_SENDER, prompt);
-    if !attach.is_empty() {
-        message.metadata.attachments = Some(stage_attachments(config, &session.id, attach)?);
-    }
     let after = gateway.store().current_rev().await?;
-    gateway.post(&message).await?;
+    let message =
+        post_prompt(gateway, &Staging::new(&config.workspace_dir), session, prompt.to_owned(), attach).await?;
     let control = backend.control(gateway);
     let outcome = chatbot.follow_turn(deliverer, &session.id, &message.id, after, control.as_ref(), interrupts).await?;
     Ok(match outcome {
@@ -271,14 +269,13 @@ impl Repl<'_> {
 
     /// Post one message and follow its turn.
     async fn turn(&mut self, session: &Session, text: String) -> anyhow::Result<()> {
-        let mut message = Message::user_text(&session.id, CLI_CHATBOT, CLI_CHANNEL, CLI_SENDER, text);
-        if !self.attachments.is_empty() {
-            let attachments = std::mem::take(&mut self.attachments);
-            message.metadata.attachments = Some(stage_attachments(self.config, &session.id, &attachments)?);
-        }
         self.forget_interrupts();
         let after = self.gateway.store().current_rev().await?;
-        self.gateway.post(&message).await?;
+        let staging = Staging::new(&self.config.workspace_dir);
+        // The files go with the first message only, posted or refused: an unreadable file
+        // must not block every later message.
+        let attachments = std::mem::take(&mut self.attachments);
+        let message = post_prompt(self.gateway, &staging, session, text, &attachments).await?;
         self.follow(session, &message, after).await
     }
 
@@ -433,52 +430,41 @@ async fn choose_session(gateway: &Gateway, args: &ChatArgs) -> anyhow::Result<Se
     Ok(session)
 }
 
-/// Copy files into the session's staging folder and describe them for the message metadata.
-fn stage_attachments(config: &Config, session_id: &SessionId, paths: &[PathBuf]) -> anyhow::Result<Vec<Attachment>> {
-    let dir = config.session_dir(session_id).join("attachments");
-    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut attachments = Vec::new();
-    for path in paths {
-        let filename = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .filter(|n| !n.is_empty())
-            .with_context(|| format!("{} has no usable file name", path.display()))?
-            .to_owned();
-        let target = unique_path(&dir, &filename);
-        std::fs::copy(path, &target).with_context(|| format!("cannot attach {}", path.display()))?;
-        let relative = target.strip_prefix(&config.workspace_dir).unwrap_or(&target);
-        attachments.push(Attachment {
-            path: relative.display().to_string(),
-            mime_type: mime_type_of(&filename).to_owned(),
-            filename,
-        });
-    }
-    Ok(attachments)
+/// The files named by `--attach`, read for [`kesoku_chatbots::ingest`] (which checks, names and
+/// stages them; the media type is guessed from the name).
+fn read_attachments(paths: &[PathBuf]) -> anyhow::Result<Vec<IncomingFile>> {
+    paths
+        .iter()
+        .map(|path| {
+            let filename = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .filter(|n| !n.is_empty())
+                .with_context(|| format!("cannot attach {}: it has no usable file name", path.display()))?
+                .to_owned();
+            let bytes = std::fs::read(path).with_context(|| {
+                format!("cannot attach {}: reading it failed (check the path and its permissions)", path.display())
+            })?;
+            Ok(IncomingFile { filename, mime_type: None, bytes })
+        })
+        .collect()
 }
 
-fn unique_path(dir: &Path, filename: &str) -> PathBuf {
-    let candidate = dir.join(filename);
-    if !candidate.exists() {
-        return candidate;
-    }
-    (2..).map(|n| dir.join(format!("{n}-{filename}"))).find(|p| !p.exists()).unwrap_or(candidate)
-}
-
-/// MIME type by file extension (the types models accept; anything else is a plain file).
-pub fn mime_type_of(filename: &str) -> &'static str {
-    let extension = filename.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
-    match extension.as_str() {
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "pdf" => "application/pdf",
-        "txt" | "log" => "text/plain",
-        "md" => "text/markdown",
-        "csv" => "text/csv",
-        "json" => "application/json",
-        "html" | "htm" => "text/html",
-        _ => "application/octet-stream",
+/// Post what the user typed (and the files of `attach`) into `session` through the one ingest
+/// path every chatbot uses.
+async fn post_prompt(
+    gateway: &Gateway,
+    staging: &Staging,
+    session: &Session,
+    text: String,
+    attach: &[PathBuf],
+) -> anyhow::Result<Message> {
+    let mut inbound = Inbound::text(CLI_CHATBOT, CLI_CHANNEL, CLI_SENDER, text);
+    inbound.session_id = Some(session.id.clone());
+    inbound.files = read_attachments(attach)?;
+    match ingest(gateway, staging, inbound).await? {
+        Ingested::Posted(message) => Ok(*message),
+        // Only keyed platform events can be duplicates; the CLI's messages carry no key.
+        Ingested::Duplicate(id) => bail!("message {id} was already posted"),
     }
 }

@@ -322,7 +322,7 @@ async fn start_http(
         gateway.clone(),
         std::sync::Arc::clone(&handle.ledger),
         std::sync::Arc::new(crate::control::AgentHandle(agent.clone())),
-        workspace,
+        workspace.clone(),
     )
     .with_metrics(metrics)
     .with_memory(crate::memory::probe(std::sync::Arc::clone(&handle.store), gateway.clone()));
@@ -331,7 +331,9 @@ async fn start_http(
     }
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
     let addr = listener.local_addr().unwrap_or(addr);
-    tokio::spawn(kesoku_server::run_api_delivery(gateway.clone(), shutdown.clone()));
+    let deliverer =
+        kesoku_chatbots::Deliverer::new(gateway.clone(), workspace).with_ledger(std::sync::Arc::clone(&handle.ledger));
+    tokio::spawn(kesoku_server::run_api_delivery(deliverer, shutdown.clone()));
     let shutdown = shutdown.clone();
     let task = tokio::spawn(async move {
         if let Err(error) = kesoku_server::serve(listener, state, shutdown).await {

@@ -363,6 +363,11 @@ async fn one_shot_turns_resume_choose_and_list_sessions_and_stage_attachments() 
     let sessions = chat_sessions(&workspace).await;
     assert_eq!(sessions.len(), 2);
     assert!(sessions[0].0 && sessions[0].1 != session, "the newest is active: {sessions:?}");
+    let missing = workspace.path().join("no-such-file.txt").display().to_string();
+    let unreadable = workspace.run(&["chat", "--attach", &missing, "Read this"], &[KEY]).await;
+    assert!(!unreadable.status.success());
+    assert!(stderr(&unreadable).contains("cannot attach") && stderr(&unreadable).contains("no-such-file.txt"));
+    assert_eq!(chat_sessions(&workspace).await.len(), 3, "a new session, but nothing posted into it");
     let unknown = workspace.run(&["chat", "--session", "sess_nope", "hi"], &[KEY]).await;
     assert!(!unknown.status.success());
     assert!(stderr(&unknown).contains("no session `sess_nope`"), "{}", stderr(&unknown));
