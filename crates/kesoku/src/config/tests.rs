@@ -6,6 +6,7 @@ use std::path::Path;
 
 use kesoku_agent::Limits;
 use kesoku_chatbots::cron::{CronJob, CronJobConfig};
+use kesoku_chatbots::discord::{ChannelOverride, DiscordConfig};
 use kesoku_core::Lane;
 use kesoku_llm::{ModelConfig, Provider, RetryPolicy, Timeouts};
 
@@ -146,7 +147,41 @@ fn cases() -> Vec<Case> {
                 config.cron.push(job.expect("a valid job"));
             },
         },
+        Case {
+            table: "[[chatbots.discord]]",
+            text: "[[chatbots.discord]]\ntimezone = \"Asia/Singapore\"\n",
+            change: |config| {
+                config.chatbots.discord.push(DiscordConfig { timezone: "Asia/Singapore".into(), ..DiscordConfig::default() })
+            },
+        },
+        Case {
+            table: "[[chatbots.discord.channels]]",
+            text: "[[chatbots.discord]]\n[[chatbots.discord.channels]]\nchannels = [\"general\"]\n",
+            change: |config| {
+                let channel = ChannelOverride { channels: vec!["general".into()], ..ChannelOverride::default() };
+                config.chatbots.discord.push(DiscordConfig { channels: vec![channel], ..DiscordConfig::default() })
+            },
+        },
     ]
+}
+
+#[test]
+fn two_chatbots_with_one_id_are_refused_naming_the_id() {
+    let text = "[[chatbots.discord]]\n[[chatbots.discord]]\ntoken_env = \"OTHER\"\n";
+    let error = Config::parse(Path::new(PATH), text).err().map(|error| format!("{error:#}")).unwrap_or_default();
+    assert!(error.contains("entry 2: id = \"discord\" is already taken"), "{error}");
+    let text = "[[chatbots.discord]]\nid = \"api\"\n";
+    let error = Config::parse(Path::new(PATH), text).err().map(|error| format!("{error:#}")).unwrap_or_default();
+    assert!(error.contains("id = \"api\" is already taken"), "{error}");
+}
+
+#[test]
+fn a_bad_discord_timezone_is_refused_at_load() {
+    let error = Config::parse(Path::new(PATH), "[[chatbots.discord]]\ntimezone = \"Mars/Olympus\"\n")
+        .err()
+        .map(|error| format!("{error:#}"))
+        .unwrap_or_default();
+    assert!(error.contains("[[chatbots.discord]] entry 1") && error.contains("Mars/Olympus"), "{error}");
 }
 
 #[test]
