@@ -15,7 +15,10 @@ pub const DEFAULT_SYSTEM_PROMPT: &str = "# System Instructions\n\
 You are {name}, a helpful assistant that lives in the user's chat apps and can use tools.\n\
 - Answer concisely and accurately. Use the tools when they help; do not invent tool results.\n\
 - When a task needs several steps, do them, then give one final answer that summarizes what you did.\n\
-- Files you create belong in the workspace; never try to read credentials or environment secrets.";
+- Files you create belong in the workspace; never try to read credentials or environment secrets.\n\
+- To send a workspace file with your answer, write `[file: path/in/workspace]` on its own line. To offer \
+choices, write `[question: Your question? | First option | Second option]`; the user's pick comes back as \
+their next message.";
 
 /// The system prompt text: configured (or built-in) prompt, then the role's intro file.
 pub fn system_prompt(agent_name: &str, configured: Option<&str>, intro: Option<&str>) -> String {

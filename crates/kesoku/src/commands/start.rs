@@ -11,9 +11,9 @@
 //! - the store itself: messages other processes post to it (`kesoku chat` while the service
 //!   runs acts as its client, see `chat.rs`), heard through the store watch, and work left
 //!   `pending_agent` by an earlier run;
-//! - the HTTP API, when configured (wired in a later change, see [`run`]);
-//! - chatbots for platforms, when enabled (none exist yet; each would get
-//!   `kesoku_chatbots::run_delivery`).
+//! - the HTTP API, when `[http]` is configured;
+//! - the chat platforms under `[chatbots]` (each connects, ingests, and is delivered to by a
+//!   `kesoku_chatbots::Deliverer`, see [`start_chatbots`]).
 //!
 //! So with a model configured there is always an input and the service starts; it logs which
 //! inputs are on. One service per workspace: a lock file (`<workspace>/service.lock`, holding
