@@ -421,6 +421,40 @@ async fn spec_6_3_a_new_message_interrupts_the_running_turn_and_deletes_its_stat
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stop_button_interrupts_the_running_turn_and_deletes_its_status() {
+    let rig = rig(vec![
+        MockReply::Answer(MockAnswer::parts(vec![
+            MockPart::thought("Let me look at the logs.", None),
+            MockPart::tool_call("call_a", "run_shell_command", json!({ "command": "echo looked" })),
+        ])),
+        MockReply::HangAfter { answer: MockAnswer::text("Still reading the logs."), events: 1 },
+    ])
+    .await;
+    let said = rig.say(rig.general, rig.chii, "Read all the logs").await;
+    let thread = thread_of(said);
+    let root = rig.ingested(said).await;
+    let status = rig
+        .bot_messages_when(thread, |messages| messages.len() == 1 && messages[0].content.ends_with('✅'))
+        .await
+        .remove(0);
+    rig.eventually("the second model call", || async { (rig.model.requests().len() == 2).then_some(()) }).await;
+
+    let stop = stop_button(&root.session_id)[0]["components"][0]["custom_id"].as_str().expect("an id").to_owned();
+    let interaction = rig.fake.click_button(thread, status.id, &stop, rig.chii).await;
+    rig.eventually("the turn to be interrupted", || async {
+        let root = rig.store.store.get_message(&root.id).await.expect("read").expect("exists");
+        (root.status == Status::Interrupted).then_some(())
+    })
+    .await;
+    assert!(rig.fake.wait_for(|state| state.deleted(thread) == vec![status.id], WAIT).await, "the status is deleted");
+    assert!(rig.model.wait_for_disconnects(1, WAIT).await, "the hanging model call was dropped");
+    let responses = rig.fake.interaction_responses(interaction);
+    assert_eq!(responses.len(), 1, "{responses:?}");
+    assert_eq!((responses[0]["route"].clone(), responses[0]["body"]["type"].clone()), (json!("callback"), json!(6)));
+    assert!(rig.bot_messages(thread).is_empty(), "{:?}", rig.bot_messages(thread));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_five_thousand_character_answer_with_code_arrives_in_balanced_chunks() {
     let text = long_answer(5_000);
     assert!(text.chars().count() >= 5_000 && fences(&text) == 2);
