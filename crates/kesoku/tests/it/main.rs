@@ -3,6 +3,7 @@
 #![allow(clippy::expect_used)]
 
 mod chat;
+mod discord;
 mod local;
 mod repl;
 mod service;
