@@ -6,7 +6,9 @@
 //! needs in the store of [`Harness::gateway`], drives the chatbot through the shared
 //! [`Deliverer`] and [`crate::ingest`], and asserts on both sides: the statuses and delivery
 //! records in the store, and what the platform shows. A check that fails panics with what
-//! differed (this is test code).
+//! differed (this is test code). It runs for the CLI (`tests/it/conformance.rs`), Discord
+//! against the fake Discord (`tests/it/discord_conformance.rs`) and the HTTP API
+//! (`kesoku-server`'s `tests/it/conformance.rs`).
 //!
 //! The checks: capabilities are usable; a long answer with a code block arrives in chunks
 //! within the limit, each renderable; a duplicated inbound event is stored once; inbound works

@@ -5,32 +5,28 @@
 //! is acknowledged at once with a deferred response (Discord allows three seconds), run like
 //! the same command typed as text, and answered with a follow-up message.
 //!
-//! Buttons carry everything they need in their `custom_id`, so they keep working after a
-//! restart:
-//! - `kesoku:stop:<session_id>`: stop that session's turn ([`SessionControl`]);
-//! - `kesoku:answer:<message_id>:<option>`: post option `<option>` of the question in the
-//!   agent's message `<message_id>` as the clicker's next message, then disable the buttons.
+//! Buttons carry everything they need in their `custom_id` ([`super::custom_id`]), so they keep
+//! working after a restart: Stop stops that session's turn ([`crate::control::SessionControl`]);
+//! an answer posts the chosen option of the agent's question as the clicker's next message,
+//! then disables the buttons.
 //!
-//! Not here: drawing the buttons (the status and delivery code uses [`stop_custom_id`] and
-//! [`answer_custom_id`]).
+//! Not here: drawing the buttons (the status and delivery code does).
 
 use chrono::{TimeZone, Utc};
-use kesoku_core::{MessageId, Metadata, SessionId};
+use kesoku_core::{MessageId, Metadata};
 use serde_json::{Value, json};
 
 use super::Shared;
+use super::custom_id::{ButtonAction, parse_custom_id};
 use super::inbound::{self, Place};
+use super::status::DISCORD_MAX_CHARS;
 use super::wire::{self, Interaction, interaction_kind};
 use crate::answer;
 use crate::commands::{self, ChatCommand, CommandContext};
 use crate::ingest::{Inbound, Ingested, ingest};
 
-/// Discord's limit on a message's `content`.
-pub const MAX_MESSAGE_CHARS: usize = 2000;
 /// Discord's limit on a command description.
 const MAX_DESCRIPTION_CHARS: usize = 100;
-/// Discord's limit on a `custom_id`.
-pub const MAX_CUSTOM_ID_CHARS: usize = 100;
 
 /// Interaction callback types.
 mod callback {
@@ -44,37 +40,6 @@ mod callback {
 const EPHEMERAL: u64 = 1 << 6;
 /// Button style of the chosen answer.
 const STYLE_SUCCESS: u64 = 3;
-
-/// What a button of ours does.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ButtonAction {
-    Stop { session_id: SessionId },
-    Answer { message_id: MessageId, option: usize },
-}
-
-/// The `custom_id` of the 🛑 Stop button of a session's turn.
-pub fn stop_custom_id(session_id: &SessionId) -> String {
-    format!("kesoku:stop:{session_id}")
-}
-
-/// The `custom_id` of option `option` (from 0) of the question in message `message_id`.
-pub fn answer_custom_id(message_id: &MessageId, option: usize) -> String {
-    format!("kesoku:answer:{message_id}:{option}")
-}
-
-/// Read a `custom_id` of ours; `None` for anything else.
-pub fn parse_custom_id(custom_id: &str) -> Option<ButtonAction> {
-    let rest = custom_id.strip_prefix("kesoku:")?;
-    if let Some(session) = rest.strip_prefix("stop:") {
-        return (!session.is_empty()).then(|| ButtonAction::Stop { session_id: SessionId::from(session) });
-    }
-    let answer = rest.strip_prefix("answer:")?;
-    // Message ids contain no `:`, but split at the last one anyway so a future id format with
-    // colons still parses.
-    let (message, option) = answer.rsplit_once(':')?;
-    let option = option.parse().ok()?;
-    (!message.is_empty()).then(|| ButtonAction::Answer { message_id: MessageId::from(message), option })
-}
 
 /// The application commands to register: one per shared chat command.
 pub fn application_commands() -> Value {
@@ -91,10 +56,10 @@ pub fn application_commands() -> Value {
 
 /// `text` cut to Discord's message limit, with an ellipsis when cut.
 pub fn fit_message(text: &str) -> String {
-    if text.chars().count() <= MAX_MESSAGE_CHARS {
+    if text.chars().count() <= DISCORD_MAX_CHARS {
         return text.to_owned();
     }
-    let mut cut: String = text.chars().take(MAX_MESSAGE_CHARS - 1).collect();
+    let mut cut: String = text.chars().take(DISCORD_MAX_CHARS - 1).collect();
     cut.push('…');
     cut
 }
@@ -168,14 +133,7 @@ pub(super) async fn handle_interaction(shared: &Shared, interaction: Interaction
 async fn slash_command(shared: &Shared, interaction: &Interaction) -> Result<(), super::rest::DiscordApiError> {
     let name = interaction.data.as_ref().and_then(|data| data.name.clone()).unwrap_or_default();
     let command = commands::parse(&format!("/{name}")).unwrap_or(ChatCommand::Unknown(name));
-    shared
-        .rest
-        .interaction_callback(
-            interaction.id,
-            &interaction.token,
-            &json!({ "type": callback::DEFERRED_CHANNEL_MESSAGE }),
-        )
-        .await?;
+    respond(shared, interaction, &json!({ "type": callback::DEFERRED_CHANNEL_MESSAGE })).await?;
     let text = match interaction.channel_id() {
         Some(channel_id) => run_command(shared, &command, &channel_id.to_string()).await,
         None => "⚠️ This command must be used in a channel.".to_owned(),
@@ -185,7 +143,8 @@ async fn slash_command(shared: &Shared, interaction: &Interaction) -> Result<(),
 }
 
 /// Run a shared command for a channel's session; the reply text (an error says what failed).
-async fn run_command(shared: &Shared, command: &ChatCommand, channel_id: &str) -> String {
+/// Slash commands and commands typed as messages both run here.
+pub(super) async fn run_command(shared: &Shared, command: &ChatCommand, channel_id: &str) -> String {
     let session = match shared.gateway.resolve_session(&shared.config.id, channel_id).await {
         Ok(session) => session,
         Err(error) => return format!("⚠️ `/{}` failed: {error}", command.name()),
@@ -208,14 +167,7 @@ async fn component(shared: &Shared, interaction: &Interaction) -> Result<(), sup
     match parse_custom_id(&custom_id) {
         Some(ButtonAction::Stop { session_id }) => {
             // Acknowledge first: stopping may take longer than the three seconds Discord waits.
-            shared
-                .rest
-                .interaction_callback(
-                    interaction.id,
-                    &interaction.token,
-                    &json!({ "type": callback::DEFERRED_UPDATE_MESSAGE }),
-                )
-                .await?;
+            respond(shared, interaction, &json!({ "type": callback::DEFERRED_UPDATE_MESSAGE })).await?;
             if let Err(error) = shared.control.stop_session(&session_id).await {
                 let body =
                     json!({ "content": fit_message(&format!("⚠️ Stopping failed: {error}")), "flags": EPHEMERAL });
@@ -244,15 +196,12 @@ async fn answer(
     let components = interaction.message.as_ref().map(|message| message.components.as_slice()).unwrap_or_default();
     let ephemeral = |text: &str| json!({ "type": callback::CHANNEL_MESSAGE, "data": { "content": fit_message(text), "flags": EPHEMERAL } });
     let (Some(actor), Some(channel_id)) = (interaction.actor(), interaction.channel_id()) else {
-        return shared
-            .rest
-            .interaction_callback(interaction.id, &interaction.token, &ephemeral("⚠️ Who clicked where is unknown."))
-            .await;
+        return respond(shared, interaction, &ephemeral("⚠️ Who clicked where is unknown.")).await;
     };
     let Some(choice) = option_text(shared, message_id, option).await.or_else(|| button_label(components, custom_id))
     else {
         let body = ephemeral("⚠️ That question is no longer known; type your answer instead.");
-        return shared.rest.interaction_callback(interaction.id, &interaction.token, &body).await;
+        return respond(shared, interaction, &body).await;
     };
 
     let sender = inbound::display_name(actor, interaction.member.as_ref()).to_owned();
@@ -289,7 +238,12 @@ async fn answer(
             ephemeral(&format!("⚠️ Your answer was not passed on: {error}"))
         }
     };
-    shared.rest.interaction_callback(interaction.id, &interaction.token, &body).await
+    respond(shared, interaction, &body).await
+}
+
+/// Answer `interaction` (its one callback; follow-ups go through the webhook routes).
+async fn respond(shared: &Shared, interaction: &Interaction, body: &Value) -> Result<(), super::rest::DiscordApiError> {
+    shared.rest.interaction_callback(interaction.id, &interaction.token, body).await
 }
 
 /// Option `option` of the question in the agent's message `message_id`, read from the store.
@@ -302,25 +256,6 @@ async fn option_text(shared: &Shared, message_id: &MessageId, option: usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn custom_ids_round_trip() {
-        let session = SessionId::from("sess_01J0ABCDEF");
-        let message = MessageId::from("msg_01J0XYZ");
-        assert_eq!(stop_custom_id(&session), "kesoku:stop:sess_01J0ABCDEF");
-        assert_eq!(parse_custom_id(&stop_custom_id(&session)), Some(ButtonAction::Stop { session_id: session }));
-        assert_eq!(answer_custom_id(&message, 2), "kesoku:answer:msg_01J0XYZ:2");
-        assert_eq!(
-            parse_custom_id(&answer_custom_id(&message, 2)),
-            Some(ButtonAction::Answer { message_id: message, option: 2 })
-        );
-        for foreign in
-            ["", "kesoku:", "kesoku:stop:", "kesoku:answer:msg:x", "kesoku:answer::1", "other:stop:s", "kesoku:play:1"]
-        {
-            assert_eq!(parse_custom_id(foreign), None, "{foreign}");
-        }
-        assert!(answer_custom_id(&MessageId::from("msg_discord_1300000000000000001"), 24).len() <= MAX_CUSTOM_ID_CHARS);
-    }
 
     #[test]
     fn every_shared_command_is_registered_within_limits() {
@@ -362,7 +297,7 @@ mod tests {
     fn long_replies_fit_a_message() {
         assert_eq!(fit_message("short"), "short");
         let cut = fit_message(&"é".repeat(2500));
-        assert_eq!(cut.chars().count(), MAX_MESSAGE_CHARS);
+        assert_eq!(cut.chars().count(), DISCORD_MAX_CHARS);
         assert!(cut.ends_with('…'));
     }
 }

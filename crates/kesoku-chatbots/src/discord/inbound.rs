@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use super::Shared;
 use super::rest::{DiscordApi, thread_name};
 use super::wire::{self, Channel, Member, MessageCreate, User, channel_kind, message_kind};
-use crate::commands::{self, CommandContext};
+use crate::commands;
 use crate::ingest::{Author, Inbound, IngestError, Ingested, ingest};
 use crate::staging::IncomingFile;
 
@@ -320,23 +320,7 @@ async fn download_attachments(shared: &Shared, message: &MessageCreate) -> (Vec<
 
 /// Run a command typed as a message, in the channel it was typed in, and reply there.
 async fn run_text_command(shared: &Shared, message: &MessageCreate, command: &commands::ChatCommand) {
-    let channel_id = message.channel_id.to_string();
-    let text = match shared.gateway.resolve_session(&shared.config.id, &channel_id).await {
-        Ok(session) => {
-            let context = CommandContext {
-                gateway: &shared.gateway,
-                control: shared.control.as_ref(),
-                chatbot_id: &shared.config.id,
-                channel_id: &channel_id,
-                session_id: &session.id,
-            };
-            match commands::execute(command, &context).await {
-                Ok(reply) => reply.text,
-                Err(error) => format!("⚠️ `/{}` failed: {error}", command.name()),
-            }
-        }
-        Err(error) => format!("⚠️ `/{}` failed: {error}", command.name()),
-    };
+    let text = super::commands::run_command(shared, command, &message.channel_id.to_string()).await;
     reply(shared, message.channel_id, message.id, &text).await;
 }
 

@@ -10,13 +10,15 @@
 //! calls and their errors), [`gateway`] (the shard loop, close codes), [`inbound`] (messages
 //! to [`crate::Inbound`]), [`commands`] (interactions), [`wire`] (the payloads we read),
 //! [`status`] and [`progress`] (a turn's live status message and typing indicator), [`outbound`]
-//! (the [`crate::Chatbot`] the deliverer drives: answers in parts, files, question buttons).
+//! (the [`crate::Chatbot`] the deliverer drives: answers in parts, files, question buttons),
+//! [`custom_id`] (what the adapter's buttons carry).
 //!
 //! It reads no environment: the binary reads the variable `token_env` names and passes the
 //! value as a [`DiscordToken`] (or reports [`DiscordError::MissingToken`]).
 
 pub mod commands;
 pub mod config;
+pub mod custom_id;
 pub mod gateway;
 pub mod inbound;
 pub mod outbound;

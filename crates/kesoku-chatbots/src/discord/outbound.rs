@@ -3,7 +3,7 @@
 //! [`DiscordChatbot`] implements [`Chatbot`]: steps go to the live status message
 //! ([`Progress`]); final texts go out part by part through [`DiscordApi`]: text chunks of at
 //! most 2,000 characters, files as attachments, a question as buttons whose `custom_id`
-//! (`kesoku:answer:<message id>:<option>`) carries everything a click needs, so buttons keep
+//! ([`super::custom_id`]) carries everything a click needs, so buttons keep
 //! working after a restart ([`super::commands`] handles the click). Every create carries a
 //! `nonce` derived from the part's key with `enforce_nonce`, so a part sent again after a crash
 //! is answered with the first message instead of a second one.
@@ -22,14 +22,13 @@ use kesoku_core::{DeliveryRecord, Message, MessageId};
 use kesoku_store::Store;
 use serde_json::{Value, json};
 
+use super::custom_id::answer_custom_id;
 use super::progress::{Progress, ProgressError, ProgressOptions, StatusMemory};
-use super::rest::{DiscordApi, DiscordApiError};
+use super::rest::{DiscordApi, DiscordApiError, create_nonce};
 use super::status::DISCORD_MAX_CHARS;
 use crate::answer::{OutboundPart, Part};
 use crate::{Capabilities, Chatbot, DeliveryError};
 
-/// Prefix of a question button's `custom_id`.
-pub const ANSWER_BUTTON_PREFIX: &str = "kesoku:answer:";
 /// Largest upload sent (Discord's limit for bots on servers without boosts).
 pub const MAX_UPLOAD_BYTES: u64 = 10 * 1024 * 1024;
 /// Discord allows 5 rows of 5 buttons; labels of at most 80 characters.
@@ -57,30 +56,9 @@ impl DiscordChatbot {
     }
 }
 
-/// The `custom_id` of option `index` of the question in `message`.
-pub fn answer_custom_id(message: &MessageId, index: usize) -> String {
-    format!("{ANSWER_BUTTON_PREFIX}{message}:{index}")
-}
-
-/// The message and option index of an answer button's `custom_id`.
-pub fn parse_answer_custom_id(custom_id: &str) -> Option<(MessageId, usize)> {
-    let rest = custom_id.strip_prefix(ANSWER_BUTTON_PREFIX)?;
-    let (message, index) = rest.rsplit_once(':')?;
-    if message.is_empty() {
-        return None;
-    }
-    Some((MessageId::from(message), index.parse().ok()?))
-}
-
-/// The nonce of a part: stable for its key, at most Discord's 25 characters.
+/// The nonce of a part: stable for its key.
 pub fn part_nonce(key: &str) -> String {
-    // FNV-1a: stable across processes and versions, unlike std's hasher.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in key.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("kp{hash:016x}")
+    create_nonce("kp", key.as_bytes())
 }
 
 /// The buttons of a question: rows of up to five, at most 25.
@@ -215,14 +193,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn answer_ids_round_trip_and_nonces_are_short_and_stable() {
-        let id = MessageId::from("msg_01JABCDEF");
-        assert_eq!(parse_answer_custom_id(&answer_custom_id(&id, 3)), Some((id, 3)));
-        assert_eq!(parse_answer_custom_id("kesoku:answer::1"), None);
-        assert_eq!(parse_answer_custom_id("kesoku:stop:sess_1"), None);
+    fn part_nonces_are_short_and_stable() {
+        // Fixed: a nonce that changed between versions would post a part again after an upgrade.
+        assert_eq!(part_nonce("msg_a:0"), "kpc1ac60c5fac31c98");
         assert_eq!(part_nonce("msg_a:0"), part_nonce("msg_a:0"));
         assert_ne!(part_nonce("msg_a:0"), part_nonce("msg_a:1"));
-        assert!(part_nonce("msg_a:0").len() <= 25);
+        assert!(part_nonce("msg_a:0").len() <= super::super::rest::MAX_NONCE_CHARS);
     }
 
     #[test]

@@ -33,7 +33,7 @@ use kesoku_core::{Message, MessageId, MessageType, Role, SessionId, Status, Turn
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::rest::{DiscordApi, DiscordApiError};
+use super::rest::{DiscordApi, DiscordApiError, UNKNOWN_MESSAGE, create_nonce};
 use super::status::TurnStatus;
 
 /// How often the typing indicator is renewed (Discord shows it for about 10 seconds).
@@ -48,8 +48,6 @@ const ENDED_TURNS_KEPT: usize = 256;
 const FINAL_EDIT_ATTEMPTS: u32 = 3;
 const FINAL_EDIT_BACKOFF: Duration = Duration::from_secs(1);
 const FINAL_EDIT_MAX_WAIT: Duration = Duration::from_secs(10);
-/// Discord's JSON error code for "Unknown Message".
-const UNKNOWN_MESSAGE: u64 = 10_008;
 
 /// Keeps a turn's status message id across restarts. The lead backs it with the store's
 /// delivery records (part 0 of the turn's root message).
@@ -577,15 +575,9 @@ fn describe(error: &DiscordApiError) -> String {
 }
 
 /// The nonce of a turn's `creates`-th status message: stable for the same turn and count (a
-/// retried create is answered with the first message), at most Discord's 25 characters.
+/// retried create is answered with the first message).
 fn status_nonce(root: &MessageId, creates: u32) -> String {
-    // FNV-1a: stable across processes and versions, unlike std's hasher.
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in root.as_str().bytes().chain(creates.to_le_bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("ks{hash:016x}")
+    create_nonce("ks", &[root.as_str().as_bytes(), &creates.to_le_bytes()].concat())
 }
 
 #[cfg(test)]
@@ -777,7 +769,7 @@ mod tests {
             unreachable!("filtered to creates");
         };
         assert_eq!(body["enforce_nonce"], json!(true));
-        assert!(body["nonce"].as_str().is_some_and(|nonce| nonce.len() <= 25));
+        assert!(body["nonce"].as_str().is_some_and(|nonce| nonce.len() <= super::super::rest::MAX_NONCE_CHARS));
         assert_eq!(body["allowed_mentions"], json!({ "parse": [] }));
         assert_eq!(body["components"][0]["components"][0]["custom_id"], "kesoku:stop:sess_agent_history");
         assert_eq!(memory.recall(&root.id).await, Some((C, 9001)));

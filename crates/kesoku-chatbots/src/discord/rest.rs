@@ -40,6 +40,21 @@ pub const THREAD_ALREADY_CREATED: u64 = 160_004;
 /// Discord's error code for "Unknown Message".
 pub const UNKNOWN_MESSAGE: u64 = 10_008;
 
+/// Discord's limit on a create-message `nonce`, in characters.
+pub const MAX_NONCE_CHARS: usize = 25;
+
+/// A create-message `nonce` for `key`, to send with `enforce_nonce`: the same for the same key
+/// in every process and version (FNV-1a, unlike std's hasher), `prefix` then 16 hex digits.
+/// Keep `prefix` short (two characters) so the nonce stays within [`MAX_NONCE_CHARS`].
+pub fn create_nonce(prefix: &str, key: &[u8]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in key {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{prefix}{hash:016x}")
+}
+
 /// Minutes of inactivity after which Discord archives a thread the adapter starts (one day).
 const THREAD_AUTO_ARCHIVE_MINUTES: u32 = 1440;
 

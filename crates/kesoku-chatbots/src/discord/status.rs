@@ -14,6 +14,7 @@
 use kesoku_core::{Message, MessageId, MessageType, Role, SessionId, TurnMetrics};
 use serde_json::{Value, json};
 
+use super::custom_id::stop_custom_id;
 use crate::commands::thousands;
 
 /// Discord's limit on a message's content.
@@ -31,9 +32,6 @@ pub const THOUGHT_MAX_CHARS: usize = 200;
 pub const ERROR_SNIPPET_MAX_CHARS: usize = 100;
 /// Longest single step line (a long tool name could otherwise make one line huge), in characters.
 pub const STEP_LINE_MAX_CHARS: usize = 300;
-/// Start of the Stop button's `custom_id`; the session id follows. Stable across restarts, so a
-/// click on a button posted before a restart still names its session.
-pub const STOP_BUTTON_PREFIX: &str = "kesoku:stop:";
 
 /// Header of a running turn.
 pub const HEADER_RUNNING: &str = "⏳ Working…";
@@ -313,16 +311,6 @@ fn compact_value(value: &Value) -> String {
             value.to_string()
         }
     }
-}
-
-/// The Stop button's `custom_id` for `session_id`.
-pub fn stop_custom_id(session_id: &SessionId) -> String {
-    format!("{STOP_BUTTON_PREFIX}{session_id}")
-}
-
-/// The session a Stop button's `custom_id` names, if it is one of ours.
-pub fn parse_stop_custom_id(custom_id: &str) -> Option<SessionId> {
-    custom_id.strip_prefix(STOP_BUTTON_PREFIX).filter(|id| !id.is_empty()).map(SessionId::from)
 }
 
 /// The components of a running turn's status message: one action row with a red Stop button.
@@ -795,9 +783,6 @@ mod tests {
                 "custom_id": "kesoku:stop:sess_agent_history"
             }] }])
         );
-        assert_eq!(parse_stop_custom_id("kesoku:stop:sess_agent_history"), Some(session.clone()));
-        assert_eq!(parse_stop_custom_id("kesoku:stop:"), None);
-        assert_eq!(parse_stop_custom_id("other:stop:sess_x"), None);
         let body = TurnStatus::new(session.clone()).body();
         assert_eq!(body["content"], "⏳ Working…");
         assert_eq!(body["allowed_mentions"], json!({ "parse": [] }));

@@ -11,7 +11,7 @@ use chrono::Utc;
 use kesoku_broker::MemoryBroker;
 use kesoku_chatbots::ChatbotError;
 use kesoku_chatbots::control::{SessionControl, StopAck, TurnStop};
-use kesoku_chatbots::discord::commands::{answer_custom_id, stop_custom_id};
+use kesoku_chatbots::discord::custom_id::{answer_custom_id, stop_custom_id};
 use kesoku_chatbots::discord::rest::ThreadStart;
 use kesoku_chatbots::discord::{
     ChannelOverride, Discord, DiscordApi, DiscordApiError, DiscordConfig, DiscordError, DiscordToken,

@@ -1,5 +1,6 @@
 //! Chatbot behaviour over a real SQLite store: the seam (delivery, ingestion), the shared
-//! commands, the CLI chatbot and its conformance run, cron.
+//! commands, the CLI chatbot, the Discord adapter against the fake Discord, the conformance kit
+//! run by both, cron.
 
 #![allow(clippy::expect_used, clippy::panic)]
 
@@ -9,5 +10,6 @@ mod conformance;
 mod cron;
 mod delivery;
 mod discord;
+mod discord_conformance;
 mod seam;
 mod support;

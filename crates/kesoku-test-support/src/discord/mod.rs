@@ -5,7 +5,7 @@
 //! One axum server on `127.0.0.1:0` serves the gateway at `/gateway` (JSON encoding, no
 //! compression), the REST API under `/api/v10` and uploaded files under `/attachments`. Tests
 //! play the users ([`FakeDiscord::user_says`], [`FakeDiscord::click_button`],
-//! [`FakeDiscord::slash_command`]), inject faults ([`FakeDiscord::drop_connections`],
+//! [`FakeDiscord::slash_command`], [`FakeDiscord::redeliver`]), inject faults ([`FakeDiscord::drop_connections`],
 //! [`FakeDiscord::rate_limit_next`], [`FakeDiscord::fail_next`]) and read back what the bot did
 //! ([`FakeDiscord::messages`], [`FakeDiscord::requests`], …) or wait for it
 //! ([`FakeDiscord::wait_for`]).
@@ -305,6 +305,12 @@ impl FakeDiscord {
     /// `user` posts `content` in `channel`: stored and dispatched as MESSAGE_CREATE.
     pub async fn user_says(&self, channel: ChannelId, user: UserId, content: &str, options: SayOptions) -> MessageId {
         self.shared.update(|state| state.user_says(channel, user, content, options))
+    }
+
+    /// Dispatch MESSAGE_CREATE for `message` (already posted) once more, as Discord's
+    /// at-least-once gateway may: the adapter must not ingest it twice.
+    pub async fn redeliver(&self, message: MessageId) {
+        self.shared.update(|state| state.redeliver(message));
     }
 
     /// `user` clicks the button `custom_id` on `message`: INTERACTION_CREATE of type 3.

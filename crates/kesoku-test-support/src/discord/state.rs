@@ -740,15 +740,32 @@ impl FakeState {
     }
 
     fn insert_message(&mut self, message: StoredMessage) {
-        let channel = message.channel;
-        let guild = self.channels.get(&channel).and_then(|channel| channel.guild);
+        self.messages.entry(message.channel).or_default().push(message.clone());
+        self.dispatch_message_create(&message);
+    }
+
+    /// Dispatch MESSAGE_CREATE for an existing message again, as Discord's at-least-once
+    /// gateway may (a replay after a resume from an older sequence). Panics if there is no
+    /// such message (a bug in the test).
+    pub(super) fn redeliver(&mut self, message: MessageId) {
+        let stored = self
+            .messages
+            .values()
+            .flatten()
+            .find(|stored| stored.id == message && !stored.deleted)
+            .cloned()
+            .unwrap_or_else(|| panic!("redeliver: no message {message}"));
+        self.dispatch_message_create(&stored);
+    }
+
+    fn dispatch_message_create(&mut self, message: &StoredMessage) {
+        let guild = self.channels.get(&message.channel).and_then(|channel| channel.guild);
         let intent = if guild.is_some() { intents::GUILD_MESSAGES } else { intents::DIRECT_MESSAGES };
         let bot = self.bot();
         // Discord sends content without MESSAGE_CONTENT for DMs, messages that mention the bot
         // and the bot's own messages.
         let content_exempt = guild.is_none() || message.author == bot || message.mentions.contains(&bot);
-        let full = self.message_json(&message, true);
-        self.messages.entry(channel).or_default().push(message);
+        let full = self.message_json(message, true);
         self.dispatch("MESSAGE_CREATE", guild, intent, |session_intents| {
             if content_exempt || session_intents & intents::MESSAGE_CONTENT != 0 {
                 full.clone()

@@ -677,6 +677,19 @@ async fn direct_messages_carry_no_guild_and_keep_their_content() {
 }
 
 #[tokio::test]
+async fn a_redelivered_message_is_dispatched_again_as_it_stands() {
+    let world = world(options());
+    let (mut socket, _) = identified(&world.fake, ALL_INTENTS).await;
+    let id = world.fake.user_says(world.channel, world.alice, "say it twice", SayOptions::default()).await;
+    let first = next_dispatch(&mut socket, "MESSAGE_CREATE").await;
+    world.fake.redeliver(id).await;
+    let again = next_dispatch(&mut socket, "MESSAGE_CREATE").await;
+    assert_eq!(again["d"], first["d"], "the same message, the same payload");
+    assert_eq!(again["s"], first["s"].as_u64().expect("sequence") + 1, "a new dispatch of the session");
+    assert_eq!(world.fake.messages(world.channel).len(), 1, "no second message in the channel");
+}
+
+#[tokio::test]
 async fn wait_for_wakes_on_a_change_and_gives_up_at_its_deadline() {
     let world = world(options());
     let channel = world.channel;
