@@ -20,8 +20,9 @@ use kesoku_store::StoreError;
 
 use crate::staging::{IncomingFile, Staging, StagingError};
 
-/// Longest message accepted, in characters (a safety cap far above what people type).
-pub const MAX_CONTENT_CHARS: usize = 200_000;
+/// Longest message accepted, in characters: a safety cap far above what people type, as large
+/// as the HTTP API's default body limit (10 MiB), which is the tighter bound there.
+pub const MAX_CONTENT_CHARS: usize = 10 * 1024 * 1024;
 
 /// A message arriving from a person or a schedule.
 #[derive(Debug, Clone)]
