@@ -25,6 +25,8 @@ pub struct Options {
     pub ledger: Option<Arc<dyn Ledger>>,
     /// The agent's tools (default: the built-in ones).
     pub tools: Option<Arc<Registry>>,
+    /// Models besides the harness's own, which stays the default.
+    pub extra_models: Vec<Arc<dyn kesoku_llm::Model>>,
 }
 
 impl Default for Options {
@@ -35,6 +37,7 @@ impl Default for Options {
             grace: Duration::from_secs(5),
             ledger: None,
             tools: None,
+            extra_models: Vec::new(),
         }
     }
 }
@@ -187,11 +190,13 @@ async fn boot_with(
 ) -> (Agent, CancellationToken, JoinHandle<()>) {
     let workspace = dir.path().join("workspace");
     std::fs::create_dir_all(&workspace).expect("workspace");
+    let default = model.name().to_owned();
+    let models = ModelSet::new([vec![model], options.extra_models].concat(), &default).expect("models");
     let agent = Agent::new(AgentDeps {
         gateway: gateway.clone(),
         ledger: options.ledger.unwrap_or_else(|| Arc::clone(&handle.ledger)),
         queue: Arc::new(MemoryQueue::default()),
-        models: ModelSet::single(model),
+        models,
         tools: options.tools.unwrap_or_else(|| Arc::new(kesoku_tools::builtin_registry(&ToolsConfig::default()))),
         workspace,
         config: options.config,

@@ -1,11 +1,13 @@
 //! Whole turns: the spec's trajectory 6.1, parallel tools, nudges, failures, limits.
 
+use std::sync::Arc;
+
 use kesoku_agent::{LaneLimits, Limits};
-use kesoku_core::{MessageType, Outcome, Role, Status};
-use kesoku_llm::{LlmError, LlmErrorKind, Part, ScriptStep, ToolCall, TurnRole};
+use kesoku_core::{Message, MessageId, MessageType, Outcome, Role, Status};
+use kesoku_llm::{LlmError, LlmErrorKind, Part, ScriptStep, ScriptedModel, ToolCall, TurnRole};
 use serde_json::json;
 
-use crate::harness::{Harness, Options, shape};
+use crate::harness::{BOT, CHANNEL, Harness, Options, shape};
 
 fn call(id: &str, command: &str) -> Part {
     Part::ToolCall(ToolCall {
@@ -433,4 +435,28 @@ async fn activations_are_checked_at_load_time_for_access_and_depth() {
     assert_eq!(row.outcome, Some(Outcome::LimitExceeded));
     assert!(row.error.as_deref().is_some_and(|e| e.contains("depth limit of 4")), "{:?}", row.error);
     assert!(h.model.requests().is_empty(), "the model never saw either");
+}
+
+#[tokio::test]
+async fn a_message_naming_a_model_is_answered_by_it_and_an_unknown_name_by_the_default() {
+    let fast = ScriptedModel::new("fast", vec![ScriptStep::text("from fast")]);
+    let options = Options { extra_models: vec![Arc::new(fast.clone())], ..Options::default() };
+    let harness = Harness::start_with(vec![ScriptStep::text("from the default")], options).await;
+    let answer_to = |root: MessageId| {
+        move |m: &Message| {
+            m.role == Role::Assistant && m.message_type == MessageType::Text && m.parent_id.as_ref() == Some(&root)
+        }
+    };
+
+    let mut chosen = Message::user_text(&harness.session.id, BOT, CHANNEL, "Chii", "quick one");
+    chosen.metadata.model = Some("fast".into());
+    let chosen = harness.gateway.post(&chosen).await.expect("post").message;
+    assert_eq!(harness.wait_for(answer_to(chosen.id.clone())).await.content, "from fast");
+    assert_eq!(fast.requests().len(), 1);
+
+    let mut unknown = Message::user_text(&harness.session.id, BOT, CHANNEL, "Chii", "another");
+    unknown.metadata.model = Some("no-such-model".into());
+    let unknown = harness.gateway.post(&unknown).await.expect("post").message;
+    assert_eq!(harness.wait_for(answer_to(unknown.id.clone())).await.content, "from the default");
+    assert_eq!(fast.requests().len(), 1, "the unknown name did not reach the fast model");
 }

@@ -151,7 +151,10 @@ fn cases() -> Vec<Case> {
             table: "[[chatbots.discord]]",
             text: "[[chatbots.discord]]\ntimezone = \"Asia/Singapore\"\n",
             change: |config| {
-                config.chatbots.discord.push(DiscordConfig { timezone: "Asia/Singapore".into(), ..DiscordConfig::default() })
+                config
+                    .chatbots
+                    .discord
+                    .push(DiscordConfig { timezone: "Asia/Singapore".into(), ..DiscordConfig::default() })
             },
         },
         Case {
