@@ -4,8 +4,6 @@
 //! edits, deletes, uploads, interactions), with faults (dropped sockets, 429 storms, SIGKILL)
 //! injected from outside the process.
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use kesoku_chatbots::answer::markers;
@@ -20,59 +18,17 @@ use kesoku_test_support::discord::{
     SayOptions, UserId,
 };
 use kesoku_test_support::mock_llm::{MOCK_API_KEY, MockAnswer, MockPart, MockReply, MockServer, Vendor};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-use crate::support::{Workspace, stderr};
+use crate::support::{Service, Workspace, stderr};
 
 const TOKEN: &str = "e2e-fake-discord-token";
 const WAIT: Duration = Duration::from_secs(20);
 const RUN_TESTS: &str = "Run tests for agent history module";
 
-/// `kesoku start` running in the background, its JSON log going to a file.
-struct Service {
-    child: tokio::process::Child,
-    log: PathBuf,
-}
-
-impl Service {
-    fn spawn(workspace: &Workspace, log_name: &str) -> Service {
-        let log = workspace.path().join(log_name);
-        let file = std::fs::File::create(&log).expect("create the log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kesoku"))
-            .arg("-c")
-            .arg(&workspace.config)
-            .args(["--log-format", "json", "start"])
-            .current_dir(workspace.path())
-            .env_remove("KESOKU_CONFIG")
-            .env("KESOKU_LOG", "info,kesoku_chatbots=debug")
-            .env("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY)
-            .env("DISCORD_TOKEN", TOKEN)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start kesoku");
-        Service { child, log }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id().expect("a running service")).expect("a pid"))
-    }
-
-    /// The log so far, for failure messages.
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGKILL: no shutdown path runs, as in a power cut or an OOM kill.
-    async fn kill(mut self) {
-        kill(self.pid(), Signal::SIGKILL).expect("send SIGKILL");
-        tokio::time::timeout(WAIT, self.child.wait()).await.expect("the service dies").expect("wait for the service");
-    }
-}
+/// The service's environment: the model's key, the fake's token, debug logs of the chatbots.
+const SERVICE_ENV: [(&str, &str); 3] =
+    [("KESOKU_LOG", "info,kesoku_chatbots=debug"), ("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY), ("DISCORD_TOKEN", TOKEN)];
 
 /// One workspace running `kesoku start` with a Discord bot on the fake: a guild with a
 /// `general` channel and the user Chii.
@@ -116,7 +72,7 @@ async fn rig_with(replies: Vec<MockReply>, discord_extra: impl FnOnce(&FakeDisco
     assert!(init.status.success(), "init failed: {}", stderr(&init));
     let url = format!("sqlite://{}", workspace.path().join(".kesoku/kesoku.db").display());
     let store = kesoku_store::open_existing(&url).await.expect("open the workspace's store");
-    let service = Service::spawn(&workspace, "service.log");
+    let service = Service::spawn(&workspace, "service.log", &SERVICE_ENV);
     let mut rig = Rig { fake, model, workspace, store, service: Some(service), general, chii };
     rig.wait_started().await;
     rig
@@ -714,7 +670,7 @@ async fn sigkill_mid_delivery_then_a_restart_delivers_the_rest_exactly_once() {
     }
     let lost_record = accepted.expect("the fake accepted the chunk");
 
-    rig.service = Some(Service::spawn(&rig.workspace, "restarted.log"));
+    rig.service = Some(Service::spawn(&rig.workspace, "restarted.log", &SERVICE_ENV));
     rig.wait_started().await;
     let history = rig.answered(&root).await;
     assert_eq!(answer_of(&history).status, Status::Delivered);

@@ -1,17 +1,14 @@
 //! `kesoku start` (the real binary against a mock model) and `kesoku service install --dry-run`.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use kesoku_core::{Message, MessageFilter, MessageId, MessageType, Outcome, Role, Session, Status};
 use kesoku_store::{LedgerFilter, StoreHandle};
 use kesoku_test_support::mock_llm::{MOCK_API_KEY, MockAnswer, MockReply, MockServer, Vendor};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 
-use crate::support::{Workspace, mock_model, stderr, stdout};
+use crate::support::{Service, Workspace, mock_model, stderr, stdout};
 
 const KEY: (&str, &str) = ("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY);
 const WAIT: Duration = Duration::from_secs(20);
@@ -53,63 +50,8 @@ where
     }
 }
 
-/// `kesoku start` running in the background, its log going to a file.
-struct Service {
-    child: tokio::process::Child,
-    log: PathBuf,
-}
-
-impl Service {
-    fn spawn(workspace: &Workspace, log_name: &str) -> Service {
-        let log = workspace.path().join(log_name);
-        let file = std::fs::File::create(&log).expect("create the log file");
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kesoku"))
-            .arg("-c")
-            .arg(&workspace.config)
-            .args(["--log-format", "json", "start"])
-            .current_dir(workspace.path())
-            .env_remove("KESOKU_CONFIG")
-            .env_remove("KESOKU_LOG")
-            .env(KEY.0, KEY.1)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start kesoku");
-        Service { child, log }
-    }
-
-    fn pid(&self) -> Pid {
-        Pid::from_raw(i32::try_from(self.child.id().expect("a running service")).expect("a pid"))
-    }
-
-    /// The JSON log lines so far.
-    fn log_lines(&self) -> Vec<serde_json::Value> {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        text.lines()
-            .map(|line| {
-                serde_json::from_str(line).unwrap_or_else(|error| panic!("a log line is not JSON ({error}): {line}"))
-            })
-            .collect()
-    }
-
-    fn logged(&self, message: &str) -> Option<serde_json::Value> {
-        self.log_lines().into_iter().find(|line| line["fields"]["message"] == message)
-    }
-
-    async fn wait_logged(&self, message: &str) {
-        eventually(&format!("the log line {message:?}"), || async { self.logged(message).is_some() }).await;
-    }
-
-    async fn terminate(mut self) -> (std::process::ExitStatus, Service) {
-        kill(self.pid(), Signal::SIGTERM).expect("send SIGTERM");
-        let status = tokio::time::timeout(WAIT, self.child.wait())
-            .await
-            .expect("the service exits after SIGTERM")
-            .expect("wait for the service");
-        (status, self)
-    }
+async fn wait_logged(service: &Service, message: &str) {
+    eventually(&format!("the log line {message:?}"), || async { service.logged(message).is_some() }).await;
 }
 
 fn config_with_grace(base_url: &str) -> String {
@@ -128,7 +70,7 @@ async fn start_survives_sigterm_mid_turn_and_the_next_start_finishes_the_turn() 
     let store = open_store(&workspace).await;
     let prompt = post_prompt(&store, "Summarise the logs").await;
 
-    let service = Service::spawn(&workspace, "first.log");
+    let service = Service::spawn(&workspace, "first.log", &[KEY]);
     eventually("the turn to reach the model", || async { !server.requests().is_empty() }).await;
     assert_eq!(status_of(&store, &prompt).await, Status::Processing);
 
@@ -158,7 +100,7 @@ async fn start_survives_sigterm_mid_turn_and_the_next_start_finishes_the_turn() 
     assert_eq!((ledger[0].message_id.as_ref(), ledger[0].outcome), (Some(&prompt), Some(Outcome::Cancelled)));
 
     server.push(MockReply::text("Finished after the restart."));
-    let service = Service::spawn(&workspace, "second.log");
+    let service = Service::spawn(&workspace, "second.log", &[KEY]);
     eventually("the retried turn to finish", || async { status_of(&store, &prompt).await == Status::Processed }).await;
     let (status, _service) = service.terminate().await;
     assert_eq!(status.code(), Some(0));
@@ -178,8 +120,8 @@ async fn chat_acts_as_a_client_of_a_running_service() {
     let server = MockServer::start(Vendor::OpenAi, vec![MockReply::text("Answered by the service.")]).await;
     let workspace = Workspace::with_config(&config_with_grace(&server.base_url()));
     init(&workspace).await;
-    let service = Service::spawn(&workspace, "service.log");
-    service.wait_logged("kesoku service started").await;
+    let service = Service::spawn(&workspace, "service.log", &[KEY]);
+    wait_logged(&service, "kesoku service started").await;
 
     // No API key here: only the service talks to the model.
     let output = workspace.run(&["chat", "Who answers?"], &[]).await;
@@ -279,8 +221,8 @@ async fn start_serves_the_http_api_and_a_posted_message_is_answered_and_delivere
     let server = MockServer::start(Vendor::OpenAi, vec![MockReply::text("hello from the api")]).await;
     let workspace = Workspace::with_config(&config_with_http(&server.base_url(), "127.0.0.1:0"));
     init(&workspace).await;
-    let service = Service::spawn(&workspace, "http.log");
-    service.wait_logged("HTTP API and console listening").await;
+    let service = Service::spawn(&workspace, "http.log", &[KEY]);
+    wait_logged(&service, "HTTP API and console listening").await;
     let addr = service.logged("HTTP API and console listening").expect("logged")["fields"]["addr"]
         .as_str()
         .expect("the address")

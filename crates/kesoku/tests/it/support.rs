@@ -1,7 +1,11 @@
 //! Helpers to run the binary on a fresh workspace.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 
 use tempfile::TempDir;
 
@@ -48,4 +52,79 @@ pub fn mock_model(base_url: &str) -> String {
     format!(
         "[agent]\nmodel = \"mock\"\n\n[models.mock]\nprovider = \"openai\"\nmodel = \"mock-model\"\nbase_url = \"{base_url}\"\napi_key_env = \"KESOKU_TEST_MOCK_KEY\"\n\n[models.mock.retry]\nmax_attempts = 2\nbase_delay_seconds = 0.05\nmax_delay_seconds = 0.1\n"
     )
+}
+
+/// How long a service test waits for one thing.
+pub const SERVICE_WAIT: Duration = Duration::from_secs(20);
+
+/// `kesoku start` running in the background, its JSON log going to a file.
+pub struct Service {
+    child: tokio::process::Child,
+    log: PathBuf,
+}
+
+impl Service {
+    /// Start `kesoku start` on `workspace` with `env` added (`KESOKU_LOG` unset unless given).
+    pub fn spawn(workspace: &Workspace, log_name: &str, env: &[(&str, &str)]) -> Service {
+        let log = workspace.path().join(log_name);
+        let file = std::fs::File::create(&log).expect("create the log file");
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kesoku"));
+        command
+            .arg("-c")
+            .arg(&workspace.config)
+            .args(["--log-format", "json", "start"])
+            .current_dir(workspace.path())
+            .env_remove("KESOKU_CONFIG")
+            .env_remove("KESOKU_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .kill_on_drop(true);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        Service { child: command.spawn().expect("start kesoku"), log }
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id().expect("a running service")).expect("a pid"))
+    }
+
+    /// The log so far, for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The JSON log lines so far.
+    pub fn log_lines(&self) -> Vec<serde_json::Value> {
+        self.log()
+            .lines()
+            .map(|line| {
+                serde_json::from_str(line).unwrap_or_else(|error| panic!("a log line is not JSON ({error}): {line}"))
+            })
+            .collect()
+    }
+
+    pub fn logged(&self, message: &str) -> Option<serde_json::Value> {
+        self.log_lines().into_iter().find(|line| line["fields"]["message"] == message)
+    }
+
+    /// SIGTERM, then wait for the exit.
+    pub async fn terminate(mut self) -> (std::process::ExitStatus, Service) {
+        kill(self.pid(), Signal::SIGTERM).expect("send SIGTERM");
+        let status = tokio::time::timeout(SERVICE_WAIT, self.child.wait())
+            .await
+            .expect("the service exits after SIGTERM")
+            .expect("wait for the service");
+        (status, self)
+    }
+
+    /// SIGKILL: no shutdown path runs, as in a power cut or an OOM kill.
+    pub async fn kill(mut self) {
+        kill(self.pid(), Signal::SIGKILL).expect("send SIGKILL");
+        tokio::time::timeout(SERVICE_WAIT, self.child.wait())
+            .await
+            .expect("the service dies")
+            .expect("wait for the service");
+    }
 }
