@@ -302,7 +302,10 @@ impl FakeDiscord {
         self.shared.update(|state| state.add_user(name, display_name, bot))
     }
 
-    /// `user` posts `content` in `channel`: stored and dispatched as MESSAGE_CREATE.
+    /// `user` posts `content` in `channel`: stored and dispatched as MESSAGE_CREATE to the
+    /// sessions that get it. With no bot connected it is only stored, as on Discord: a bot that
+    /// identifies afterwards is not told and must read it back (`GET /channels/{id}/messages`);
+    /// a detached session that resumes gets it replayed.
     pub async fn user_says(&self, channel: ChannelId, user: UserId, content: &str, options: SayOptions) -> MessageId {
         self.shared.update(|state| state.user_says(channel, user, content, options))
     }
