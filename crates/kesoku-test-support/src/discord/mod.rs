@@ -356,6 +356,12 @@ impl FakeDiscord {
         self.shared.update(|state| state.push_faults(n, Fault::Fail { status, code }));
     }
 
+    /// The bot loses access to `channel` (its View Channel permission is taken away): every
+    /// REST call on it answers 403 with code 50001 (Missing Access).
+    pub fn deny_access(&self, channel: ChannelId) {
+        self.shared.update(|state| state.deny_access(channel));
+    }
+
     /// The messages now visible in `channel`, oldest first.
     pub fn messages(&self, channel: ChannelId) -> Vec<FakeMessage> {
         self.shared.read(|state| state.messages(channel))

@@ -168,6 +168,11 @@ fn created(value: Value) -> Outcome {
 
 fn route(shared: &Shared, method: &Method, segments: &[&str], query: Option<&str>, body: &RequestBody) -> Outcome {
     let json = &body.json;
+    if let ["channels", channel, ..] = segments
+        && shared.read(|state| state.access_denied(ChannelId(snowflake(channel).unwrap_or(0))))
+    {
+        return Err(ApiError::new(403, 50001));
+    }
     match (method.as_str(), segments) {
         ("GET", ["gateway"]) => shared.read(|state| ok(json!({"url": state.gateway_url}))),
         ("GET", ["gateway", "bot"]) => shared.read(|state| {
