@@ -28,7 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_core::{
-    ActivationId, DeliveryRecord, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Session,
+    ActivationId, DeliveryRecord, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Role, Session,
     SessionId, Status, Usage,
 };
 
@@ -101,6 +101,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// Messages matching `filter`, in the order they were written.
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>>;
+
+    /// For each channel of `chatbot_id`, its newest message of `role` written at or after
+    /// `since` (one per channel; channels without one are left out), in the order they were
+    /// written. A platform adapter reads here where it stopped listening in each channel.
+    async fn newest_per_channel(&self, chatbot_id: &str, role: Role, since: DateTime<Utc>)
+    -> StoreResult<Vec<Message>>;
 
     /// Change a message's status, checked against the transition table. Fails with
     /// [`StoreError::IllegalTransition`] (nothing changed) or [`StoreError::NotFound`].

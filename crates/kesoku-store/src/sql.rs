@@ -6,7 +6,7 @@
 //! ever spliced into SQL text. Backend-specific statements live with their backend.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{MessageFilter, SessionId, Status};
+use kesoku_core::{MessageFilter, Role, SessionId, Status};
 
 /// Message columns read back by every message query (unqualified).
 pub(crate) const MESSAGE_COLUMNS: &str = "id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, \
@@ -135,6 +135,18 @@ pub(crate) fn list_query(filter: &MessageFilter) -> Query {
     let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
     query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
     query
+}
+
+/// The query of `Store::newest_per_channel`: the last row (by `seq`) per channel of a chatbot's
+/// messages of one role since a time.
+pub(crate) fn newest_per_channel_query(chatbot_id: &str, role: Role, since: DateTime<Utc>) -> Query {
+    Query::with_args(
+        &format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE seq IN (SELECT MAX(seq) FROM messages \
+             WHERE chatbot_id = $1 AND role = $2 AND created_at >= $3 GROUP BY channel_id) ORDER BY seq"
+        ),
+        vec![Arg::Text(chatbot_id.to_owned()), Arg::Text(role.as_str().to_owned()), Arg::Time(since)],
+    )
 }
 
 /// The query of `Store::orphaned_tool_calls`: tool calls without a result (of one session, or

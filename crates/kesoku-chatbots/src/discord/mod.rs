@@ -2,13 +2,14 @@
 //!
 //! [`Discord::new`] checks the configuration and builds the REST client; [`Discord::run`]
 //! connects to the gateway and turns what people write into `pending_agent` messages
-//! ([`inbound`]), answers slash commands and button clicks ([`commands`]), until shutdown or a
+//! ([`inbound`]; after each fresh session also what they wrote while it was away, [`catchup`]),
+//! answers slash commands and button clicks ([`commands`]), until shutdown or a
 //! fatal gateway close. Showing the agent's work and delivering its answers go through
 //! [`DiscordApi`], which [`Discord::api`] hands to the delivery side.
 //!
 //! Modules: [`config`] (the `[[chatbots.discord]]` table and the token wrapper), [`rest`] (REST
 //! calls and their errors), [`gateway`] (the shard loop, close codes), [`inbound`] (messages
-//! to [`crate::Inbound`]), [`commands`] (interactions), [`wire`] (the payloads we read),
+//! to [`crate::Inbound`]), [`catchup`] (messages missed while offline), [`commands`] (interactions), [`wire`] (the payloads we read),
 //! [`status`] and [`progress`] (a turn's live status message and typing indicator), [`outbound`]
 //! (the [`crate::Chatbot`] the deliverer drives: answers in parts, files, question buttons),
 //! [`custom_id`] (what the adapter's buttons carry).
@@ -16,6 +17,7 @@
 //! It reads no environment: the binary reads the variable `token_env` names and passes the
 //! value as a [`DiscordToken`] (or reports [`DiscordError::MissingToken`]).
 
+pub mod catchup;
 pub mod commands;
 pub mod config;
 pub mod custom_id;
@@ -27,6 +29,7 @@ pub mod rest;
 pub mod status;
 pub mod wire;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -40,6 +43,7 @@ pub use self::config::{ChannelOverride, DiscordConfig, DiscordConfigError, Disco
 use self::gateway::Dispatch;
 use self::inbound::{ChannelCache, ChannelInfo};
 pub use self::rest::{DiscordApi, DiscordApiError, DiscordRest};
+use self::wire::MessageCreate;
 use crate::control::SessionControl;
 use crate::ingest::Access;
 use crate::staging::Staging;
@@ -71,6 +75,14 @@ pub enum DiscordError {
     Config(#[from] DiscordConfigError),
     #[error("asking discord for the gateway address failed: {0}")]
     GatewayUrl(DiscordApiError),
+}
+
+/// What the message worker does, in order.
+enum Work {
+    /// Handle a `MESSAGE_CREATE`.
+    Message(Box<MessageCreate>),
+    /// Read and handle what was written while no session was listening ([`catchup`]).
+    CatchUp,
 }
 
 /// The adapter's shared state, used by the event handlers.
@@ -190,25 +202,45 @@ impl Discord {
 
         // Messages are handled one at a time, in the order they arrived, so two quick messages
         // of one person reach the agent in order; interactions get their own tasks, since
-        // Discord wants an answer within three seconds.
-        let (messages, mut queue) = mpsc::unbounded_channel();
+        // Discord wants an answer within three seconds. A catch-up after READY runs in the same
+        // queue: what was written while offline is handled before what arrives live after it.
+        let (messages, mut queue) = mpsc::unbounded_channel::<Work>();
         let worker_shared = Arc::clone(&self.shared);
         let worker_shutdown = shutdown.clone();
         let worker = tokio::spawn(async move {
+            // Messages the last catch-up handled: a live dispatch of one of them (written just
+            // before READY) is not handled twice, which matters for commands, which are not
+            // stored and so not deduplicated by ingestion.
+            let mut caught_up: HashSet<u64> = HashSet::new();
             loop {
                 let next = tokio::select! {
                     () = worker_shutdown.cancelled() => return,
                     next = queue.recv() => next,
                 };
-                let Some(message) = next else { return };
-                // At shutdown the message in hand gets a grace period to be ingested: Discord
-                // does not send it again after a restart.
+                let Some(work) = next else { return };
+                // At shutdown the work in hand gets a grace period: Discord does not send a
+                // message again after a restart (a catch-up cut short is redone at the next).
                 let grace = async {
                     worker_shutdown.cancelled().await;
                     tokio::time::sleep(SHUTDOWN_GRACE).await;
                 };
+                let handle = async {
+                    match work {
+                        Work::Message(message) if caught_up.contains(&message.id) => {
+                            tracing::debug!(discord_message_id = message.id, "discord message already caught up on");
+                        }
+                        Work::Message(message) => inbound::handle_message(&worker_shared, *message).await,
+                        Work::CatchUp => {
+                            caught_up.clear();
+                            for message in catchup::missed_messages(&worker_shared).await {
+                                caught_up.insert(message.id);
+                                inbound::handle_message(&worker_shared, message).await;
+                            }
+                        }
+                    }
+                };
                 tokio::select! {
-                    () = inbound::handle_message(&worker_shared, message) => {}
+                    () = handle => {}
                     () = grace => {
                         tracing::warn!("shutting down while a discord message was being handled; it was dropped");
                         return;
@@ -222,6 +254,11 @@ impl Discord {
             Dispatch::Ready(ready) => {
                 shared.bot_user_id.store(ready.user.id, Ordering::Relaxed);
                 tracing::info!(bot_user = %ready.user.username, "discord gateway ready");
+                // A fresh session: Discord replays nothing written before it (only a resume
+                // does, and a resume sends RESUMED, not READY).
+                if messages.send(Work::CatchUp).is_err() {
+                    tracing::warn!("the discord message worker stopped; missed messages were not read");
+                }
                 let shared = Arc::clone(&shared);
                 tokio::spawn(async move { commands::register_commands(&shared, ready.application.id).await });
             }
@@ -233,7 +270,7 @@ impl Discord {
             Dispatch::ChannelUpsert(channel) => shared.channels.insert(channel.id, ChannelInfo::from(channel.as_ref())),
             Dispatch::ChannelDelete { channel_id } => shared.channels.remove(channel_id),
             Dispatch::MessageCreate(message) => {
-                if messages.send(*message).is_err() {
+                if messages.send(Work::Message(message)).is_err() {
                     tracing::warn!("the discord message worker stopped; a message was not handled");
                 }
             }

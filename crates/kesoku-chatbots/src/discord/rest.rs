@@ -25,7 +25,7 @@ use twilight_http::request::{Form, Request};
 use twilight_http::routing::Route;
 
 use super::config::{DiscordConfig, DiscordConfigError, DiscordToken};
-use super::wire::{Channel, Created, ErrorBody, GatewayBot};
+use super::wire::{Channel, Created, ErrorBody, GatewayBot, MessageCreate};
 
 /// How long one REST call may take, 429 waits included. twilight retries a 429 after the time
 /// Discord names, as often as Discord answers 429; past this deadline the call is reported as
@@ -224,6 +224,21 @@ impl DiscordRest {
     /// `GET /channels/{id}`.
     pub async fn channel(&self, channel_id: u64) -> Result<Channel, DiscordApiError> {
         self.send_for(Request::builder(&Route::GetChannel { channel_id }).build()).await
+    }
+
+    /// `GET /channels/{id}/messages?after=…&limit=…`: the (at most `limit`, 1 to 100) messages
+    /// written right after `after`, oldest first (Discord answers newest first).
+    pub async fn messages_after(
+        &self,
+        channel_id: u64,
+        after: u64,
+        limit: u16,
+    ) -> Result<Vec<MessageCreate>, DiscordApiError> {
+        let route =
+            Route::GetMessages { after: Some(after), around: None, before: None, channel_id, limit: Some(limit) };
+        let mut messages: Vec<MessageCreate> = self.send_for(Request::builder(&route).build()).await?;
+        messages.sort_by_key(|message| message.id);
+        Ok(messages)
     }
 
     /// Start a public thread from `message_id` in `channel_id`, or find the one that exists.

@@ -105,6 +105,16 @@ pub struct MessageCreate {
     pub kind: u8,
     #[serde(default, deserialize_with = "optional_snowflake")]
     pub webhook_id: Option<u64>,
+    /// The message this one replies to.
+    #[serde(default)]
+    pub message_reference: Option<MessageReference>,
+}
+
+/// A message's `message_reference` (a reply's target).
+#[derive(Debug, Clone, Deserialize)]
+pub struct MessageReference {
+    #[serde(default, deserialize_with = "optional_snowflake")]
+    pub message_id: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -250,9 +260,17 @@ pub fn optional_snowflake<'de, D: Deserializer<'de>>(deserializer: D) -> Result<
 
 /// Milliseconds since the Unix epoch at which a snowflake was made.
 pub fn snowflake_unix_ms(id: u64) -> i64 {
-    const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
     i64::try_from((id >> 22) + DISCORD_EPOCH_MS).unwrap_or(i64::MAX)
 }
+
+/// The smallest snowflake of the millisecond `unix_ms` (0 before Discord's epoch): what to pass
+/// as `after` to read what was written from about then on.
+pub fn snowflake_at_unix_ms(unix_ms: i64) -> u64 {
+    u64::try_from(unix_ms).map_or(0, |ms| ms.saturating_sub(DISCORD_EPOCH_MS) << 22)
+}
+
+/// Discord's epoch (the first millisecond of 2015) in Unix milliseconds.
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
 
 #[cfg(test)]
 mod tests {
@@ -280,5 +298,9 @@ mod tests {
     fn snowflake_time() {
         // Discord's documented example: 175928847299117063 was made at 2016-04-30 11:18:25.796 UTC.
         assert_eq!(snowflake_unix_ms(175_928_847_299_117_063), 1_462_015_105_796);
+        let at = snowflake_at_unix_ms(1_462_015_105_796);
+        assert_eq!(snowflake_unix_ms(at), 1_462_015_105_796);
+        assert!(at <= 175_928_847_299_117_063 && 175_928_847_299_117_063 - at < 1 << 22);
+        assert_eq!(snowflake_at_unix_ms(0), 0);
     }
 }

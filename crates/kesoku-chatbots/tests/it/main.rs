@@ -10,6 +10,7 @@ mod conformance;
 mod cron;
 mod delivery;
 mod discord;
+mod discord_catchup;
 mod discord_conformance;
 mod seam;
 mod support;

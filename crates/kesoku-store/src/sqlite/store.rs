@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kesoku_core::{DeliveryRecord, Message, MessageFilter, MessageId, Metadata, Session, SessionId, Status};
+use kesoku_core::{DeliveryRecord, Message, MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params, params_from_iter};
 
@@ -29,7 +29,7 @@ use crate::decode::{self, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::sql::{
     Arg, DELIVERY_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
-    orphaned_calls_query,
+    newest_per_channel_query, orphaned_calls_query,
 };
 use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
@@ -192,6 +192,16 @@ impl Store for SqliteStore {
 
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>> {
         Ok(self.read_messages(list_query(filter)).await?.into_iter().map(|stored| stored.message).collect())
+    }
+
+    async fn newest_per_channel(
+        &self,
+        chatbot_id: &str,
+        role: Role,
+        since: DateTime<Utc>,
+    ) -> StoreResult<Vec<Message>> {
+        let query = newest_per_channel_query(chatbot_id, role, since);
+        Ok(self.read_messages(query).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn update_status(&self, id: &MessageId, to: Status) -> StoreResult<MessageEvent> {

@@ -15,6 +15,7 @@ backend_tests!(
     duplicate_id_is_rejected,
     insert_messages_is_all_or_nothing,
     list_messages_filters_in_write_order,
+    newest_per_channel_takes_the_last_of_each_channel_since_a_time,
     update_status_follows_the_transition_table,
     update_metadata_replaces_and_bumps_the_revision,
     changes_since_returns_the_latest_state_in_revision_order,
@@ -311,4 +312,36 @@ impl WithCreated for kesoku_store::MessageEvent {
     fn clone_with_created(&self, created: bool) -> Self {
         kesoku_store::MessageEvent { created, ..self.clone() }
     }
+}
+
+async fn newest_per_channel_takes_the_last_of_each_channel_since_a_time(b: &Backend) {
+    let hours = |n: i64| t0() + chrono::Duration::hours(n);
+    // (id, chatbot, channel, role, written at)
+    let rows = [
+        ("a1", "discord", "A", Role::User, hours(-1)),
+        ("b1", "discord", "B", Role::User, hours(-2)),
+        ("a2", "discord", "A", Role::User, hours(-3)),
+        ("a3", "discord", "A", Role::Assistant, hours(0)),
+        ("c1", "discord", "C", Role::User, hours(-200)),
+        ("x1", "other", "A", Role::User, hours(0)),
+        ("b2", "discord", "B", Role::User, hours(-1)),
+    ];
+    for (id, chatbot, channel, role, at) in rows {
+        let mut row = message(id, &format!("s_{chatbot}_{channel}"), None, role, MessageType::Text, Status::Responded);
+        row.chatbot_id = chatbot.to_owned();
+        row.channel_id = channel.to_owned();
+        row.created_at = Some(at);
+        b.store.insert_message(&row).await.expect("insert");
+    }
+    let ids = |list: Vec<kesoku_core::Message>| list.into_iter().map(|m| m.id.into_string()).collect::<Vec<_>>();
+
+    // The last written per channel (a2 was written after a1 though older), users only, the
+    // chatbot's only, and none of C, whose only message is older than `since`.
+    let newest = b.store.newest_per_channel("discord", Role::User, hours(-100)).await.expect("newest");
+    assert_eq!(ids(newest), ["a2", "b2"]);
+    let all = b.store.newest_per_channel("discord", Role::User, hours(-1000)).await.expect("newest");
+    assert_eq!(ids(all), ["a2", "c1", "b2"]);
+    let assistants = b.store.newest_per_channel("discord", Role::Assistant, hours(-1000)).await.expect("newest");
+    assert_eq!(ids(assistants), ["a3"]);
+    assert!(b.store.newest_per_channel("nobody", Role::User, hours(-1000)).await.expect("newest").is_empty());
 }

@@ -302,7 +302,10 @@ impl FakeDiscord {
         self.shared.update(|state| state.add_user(name, display_name, bot))
     }
 
-    /// `user` posts `content` in `channel`: stored and dispatched as MESSAGE_CREATE.
+    /// `user` posts `content` in `channel`: stored and dispatched as MESSAGE_CREATE to the
+    /// sessions that get it. With no bot connected it is only stored, as on Discord: a bot that
+    /// identifies afterwards is not told and must read it back (`GET /channels/{id}/messages`);
+    /// a detached session that resumes gets it replayed.
     pub async fn user_says(&self, channel: ChannelId, user: UserId, content: &str, options: SayOptions) -> MessageId {
         self.shared.update(|state| state.user_says(channel, user, content, options))
     }
@@ -351,6 +354,12 @@ impl FakeDiscord {
     /// (e.g. 404 + 10003 Unknown Channel, 403 + 50001 Missing Access, 500 + 0).
     pub fn fail_next(&self, n: usize, status: u16, code: u32) {
         self.shared.update(|state| state.push_faults(n, Fault::Fail { status, code }));
+    }
+
+    /// The bot loses access to `channel` (its View Channel permission is taken away): every
+    /// REST call on it answers 403 with code 50001 (Missing Access).
+    pub fn deny_access(&self, channel: ChannelId) {
+        self.shared.update(|state| state.deny_access(channel));
     }
 
     /// The messages now visible in `channel`, oldest first.

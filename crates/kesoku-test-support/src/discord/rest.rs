@@ -17,7 +17,7 @@ use axum::routing::{any, get};
 use serde_json::{Value, json};
 
 use super::state::{ApiError, MessageParts, UploadedFile, file_content_type};
-use super::{ChannelId, Fault, GuildId, InteractionId, MessageId, RecordedRequest, Shared};
+use super::{ChannelId, FakeMessage, Fault, GuildId, InteractionId, MessageId, RecordedRequest, Shared};
 
 /// Discord's upload limit for bots without boosts is 10 MiB per file; allow a few files.
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
@@ -168,6 +168,11 @@ fn created(value: Value) -> Outcome {
 
 fn route(shared: &Shared, method: &Method, segments: &[&str], query: Option<&str>, body: &RequestBody) -> Outcome {
     let json = &body.json;
+    if let ["channels", channel, ..] = segments
+        && shared.read(|state| state.access_denied(ChannelId(snowflake(channel).unwrap_or(0))))
+    {
+        return Err(ApiError::new(403, 50001));
+    }
     match (method.as_str(), segments) {
         ("GET", ["gateway"]) => shared.read(|state| ok(json!({"url": state.gateway_url}))),
         ("GET", ["gateway", "bot"]) => shared.read(|state| {
@@ -189,18 +194,15 @@ fn route(shared: &Shared, method: &Method, segments: &[&str], query: Option<&str
         }
         ("GET", ["channels", channel, "messages"]) => {
             let channel = ChannelId(snowflake(channel)?);
-            let limit = query_param(query, "limit").and_then(|limit| limit.parse::<usize>().ok()).unwrap_or(50).min(100);
+            let page = MessagePage::from_query(query)?;
             shared.read(|state| {
                 if !state.channel_exists(channel) {
                     return Err(ApiError::new(404, 10003));
                 }
-                // Discord lists newest first.
-                let messages: Vec<Value> = state
-                    .messages(channel)
-                    .iter()
-                    .rev()
-                    .take(limit)
-                    .filter_map(|message| state.find_message(channel, message.id))
+                let messages = page
+                    .select(&state.messages(channel))
+                    .into_iter()
+                    .filter_map(|message| state.find_message(channel, message))
                     .map(|stored| state.message_json(stored, false))
                     .collect();
                 ok(Value::Array(messages))
@@ -335,6 +337,54 @@ fn required_str(json: &Value, field: &str) -> Result<String, ApiError> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| ApiError::invalid_form(field, "BASE_TYPE_REQUIRED", "This field is required"))
+}
+
+/// `GET /channels/{id}/messages`'s query: `limit` (1–100, default 50) and one of `after` or
+/// `before` (`around` is not used by the adapter and not served).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct MessagePage {
+    limit: usize,
+    after: Option<u64>,
+    before: Option<u64>,
+}
+
+impl MessagePage {
+    fn from_query(query: Option<&str>) -> Result<MessagePage, ApiError> {
+        let limit = match query_param(query, "limit") {
+            None => 50,
+            Some(text) => match text.parse::<usize>() {
+                Ok(limit @ 1..=100) => limit,
+                Ok(_) | Err(_) => {
+                    return Err(ApiError::invalid_form(
+                        "limit",
+                        "NUMBER_TYPE_MAX",
+                        "int value should be less than or equal to 100.",
+                    ));
+                }
+            },
+        };
+        let id = |name: &str| query_param(query, name).map(snowflake).transpose();
+        Ok(MessagePage { limit, after: id("after")?, before: id("before")? })
+    }
+
+    /// The ids of this page of `messages` (oldest first), as Discord answers: always newest
+    /// first; with `after`, the `limit` messages right after it (so a reader paging forward
+    /// takes the highest id of a page as the next `after`); with `before` (or neither), the
+    /// `limit` messages right before it (or the latest).
+    fn select(self, messages: &[FakeMessage]) -> Vec<MessageId> {
+        let ids = messages.iter().map(|message| message.id);
+        let mut page: Vec<MessageId> = match (self.after, self.before) {
+            (Some(after), before) => {
+                ids.filter(|id| id.0 > after && before.is_none_or(|before| id.0 < before)).take(self.limit).collect()
+            }
+            (None, before) => {
+                let older: Vec<MessageId> = ids.filter(|id| before.is_none_or(|before| id.0 < before)).collect();
+                older[older.len().saturating_sub(self.limit)..].to_vec()
+            }
+        };
+        page.reverse();
+        page
+    }
 }
 
 fn query_param<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {

@@ -7,7 +7,7 @@
 
 mod payloads;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{Map, Value, json};
@@ -255,6 +255,8 @@ pub struct FakeState {
     guild_commands: BTreeMap<GuildId, Vec<Value>>,
     interactions: BTreeMap<InteractionId, Interaction>,
     faults: VecDeque<Fault>,
+    /// Channels the bot has lost access to (every REST call on them answers 403).
+    denied: BTreeSet<ChannelId>,
     pub(super) sessions: Vec<Session>,
     pub(super) next_connection: u64,
     identifies: usize,
@@ -280,6 +282,7 @@ impl FakeState {
             guild_commands: BTreeMap::new(),
             interactions: BTreeMap::new(),
             faults: VecDeque::new(),
+            denied: BTreeSet::new(),
             sessions: Vec::new(),
             next_connection: 0,
             identifies: 0,
@@ -708,6 +711,14 @@ impl FakeState {
 
     pub(super) fn record(&mut self, request: RecordedRequest) {
         self.requests.push(request);
+    }
+
+    pub(super) fn deny_access(&mut self, channel: ChannelId) {
+        self.denied.insert(channel);
+    }
+
+    pub(super) fn access_denied(&self, channel: ChannelId) -> bool {
+        self.denied.contains(&channel)
     }
 
     pub(super) fn channel_exists(&self, channel: ChannelId) -> bool {

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use kesoku_test_support::discord::{
-    ChannelId, FakeDiscord, FakeDiscordOptions, FakeState, GuildId, SayOptions, UserId, intents,
+    ChannelId, FakeDiscord, FakeDiscordOptions, FakeState, GuildId, MessageId, SayOptions, UserId, intents,
 };
 use serde::de::DeserializeSeed;
 use serde_json::{Value, json};
@@ -703,4 +703,56 @@ async fn wait_for_wakes_on_a_change_and_gives_up_at_its_deadline() {
             .wait_for(move |state: &FakeState| state.messages(channel).len() == 2, Duration::from_millis(50))
             .await
     );
+}
+
+#[tokio::test]
+async fn message_history_pages_as_discord_documents_newest_first() {
+    let world = world(options());
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        ids.push(world.fake.user_says(world.channel, world.alice, &format!("m{n}"), SayOptions::default()).await.get());
+    }
+    let page = |query: String| {
+        let url = api(&world.fake, &format!("/channels/{}/messages{query}", world.channel));
+        async move {
+            let response =
+                http().get(url).header("Authorization", format!("Bot {TOKEN}")).send().await.expect("answer");
+            let (status, body) = json_of(response).await;
+            assert_eq!(status, 200, "{body}");
+            let messages: Vec<twilight_model::channel::Message> = parse(&body);
+            messages.iter().map(|message| message.id.get()).collect::<Vec<u64>>()
+        }
+    };
+    let newest_first = |range: &[u64]| range.iter().rev().copied().collect::<Vec<u64>>();
+    assert_eq!(page(String::new()).await, newest_first(&ids), "the latest, newest first");
+    assert_eq!(page("?limit=2".into()).await, newest_first(&ids[3..]));
+    // After an id: the messages right after it (not the latest), still newest first.
+    assert_eq!(page(format!("?after={}&limit=2", ids[0])).await, newest_first(&ids[1..3]));
+    assert_eq!(page(format!("?after={}&limit=100", ids[2])).await, newest_first(&ids[3..]));
+    assert_eq!(page(format!("?after={}", ids[4])).await, Vec::<u64>::new());
+    assert_eq!(page(format!("?before={}&limit=2", ids[4])).await, newest_first(&ids[2..4]));
+    let response = http()
+        .get(api(&world.fake, &format!("/channels/{}/messages?limit=101", world.channel)))
+        .header("Authorization", format!("Bot {TOKEN}"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(json_of(response).await.0, 400, "limit is 1 to 100");
+}
+
+#[tokio::test]
+async fn a_message_written_while_no_bot_is_connected_is_only_in_the_history() {
+    let world = world(options());
+    assert_eq!(world.fake.live_connections(), 0);
+    let id = world.fake.user_says(world.channel, world.alice, "anyone there?", SayOptions::default()).await;
+
+    // A bot that connects afterwards is not told (a fresh session replays nothing) …
+    let (mut socket, _ready) = identified(&world.fake, ALL_INTENTS).await;
+    let _guild = next_dispatch(&mut socket, "GUILD_CREATE").await;
+    let later = world.fake.user_says(world.channel, world.alice, "hello?", SayOptions::default()).await;
+    let dispatched = next_dispatch(&mut socket, "MESSAGE_CREATE").await;
+    assert_eq!(dispatched["d"]["id"], later.to_string(), "the first MESSAGE_CREATE is the later message");
+    // … but can read it back.
+    let stored: Vec<MessageId> = world.fake.messages(world.channel).iter().map(|message| message.id).collect();
+    assert_eq!(stored, [id, later]);
 }
