@@ -13,8 +13,9 @@
 //!   channel threads were started from (`discord_parent_channel_id`), the newest of any of its
 //!   threads — a message in a thread shows the adapter was listening then.
 //! - **Bounds**: only channels with a stored user message in the last [`CATCH_UP_WINDOW`], and
-//!   at most [`CATCH_UP_PER_CHANNEL`] messages per channel, the oldest missed ones (the next
-//!   catch-up continues after them, since they are then stored).
+//!   at most [`CATCH_UP_PER_CHANNEL`] messages per channel: the newest missed ones, read
+//!   backwards from the channel's end down to the cursor, so a flood of messages the bot ignores
+//!   (other bots, talk among people) can never hide a later message meant for it.
 //! - **Already answered**: a message the bot replied to in the history read (a command's answer
 //!   or a refusal carries a `message_reference`) is not handled again.
 //! - A channel Discord will not let us read (403, 404) is logged and skipped; one that fails
@@ -122,28 +123,37 @@ pub(super) async fn missed_messages(shared: &Shared) -> Vec<MessageCreate> {
     missed
 }
 
-/// Up to [`CATCH_UP_PER_CHANNEL`] messages of `channel_id` written after `after`, oldest first.
+/// The newest (up to [`CATCH_UP_PER_CHANNEL`]) messages of `channel_id` written after `after`,
+/// oldest first.
 async fn channel_history(shared: &Shared, channel_id: u64, after: u64) -> Result<Vec<MessageCreate>, DiscordApiError> {
     let channel = shared.rest.channel(channel_id).await?;
     shared.channels.insert(channel_id, ChannelInfo::from(&channel));
+    // Pages are read from the channel's newest message backwards until the cursor is reached.
     let mut history: Vec<MessageCreate> = Vec::new();
-    let mut after = after;
-    // Whether Discord may hold more than was read.
-    let mut more = true;
-    while more && history.len() < CATCH_UP_PER_CHANNEL {
-        let page = shared.rest.messages_after(channel_id, after, PAGE).await?;
-        more = page.len() == usize::from(PAGE);
-        let Some(last) = page.last() else { break };
-        after = last.id;
-        history.extend(page);
+    let mut before = None;
+    let mut reached_cursor = false;
+    while history.len() < CATCH_UP_PER_CHANNEL {
+        let page = shared.rest.messages_before(channel_id, before, PAGE).await?;
+        let full = page.len() == usize::from(PAGE);
+        let Some(oldest) = page.first().map(|message| message.id) else { break };
+        reached_cursor = oldest <= after;
+        let mut newer: Vec<MessageCreate> = page.into_iter().filter(|message| message.id > after).collect();
+        newer.append(&mut history);
+        history = newer;
+        if reached_cursor || !full {
+            reached_cursor = true;
+            break;
+        }
+        before = Some(oldest);
     }
-    if more || history.len() > CATCH_UP_PER_CHANNEL {
+    if !reached_cursor || history.len() > CATCH_UP_PER_CHANNEL {
         tracing::warn!(
             channel_id,
             limit = CATCH_UP_PER_CHANNEL,
-            "more discord messages were written in a channel while offline than are read at once; only the oldest are handled"
+            "more discord messages were written in a channel while offline than are read at once; only the newest are handled"
         );
-        history.truncate(CATCH_UP_PER_CHANNEL);
+        let excess = history.len().saturating_sub(CATCH_UP_PER_CHANNEL);
+        history.drain(..excess);
     }
     for message in &mut history {
         message.guild_id = message.guild_id.or(channel.guild_id);

@@ -226,16 +226,16 @@ impl DiscordRest {
         self.send_for(Request::builder(&Route::GetChannel { channel_id }).build()).await
     }
 
-    /// `GET /channels/{id}/messages?after=…&limit=…`: the (at most `limit`, 1 to 100) messages
-    /// written right after `after`, oldest first (Discord answers newest first).
-    pub async fn messages_after(
+    /// `GET /channels/{id}/messages?before=…&limit=…`: the (at most `limit`, 1 to 100) newest
+    /// messages written before `before` (the newest of the channel when `None`), oldest first
+    /// (Discord answers newest first).
+    pub async fn messages_before(
         &self,
         channel_id: u64,
-        after: u64,
+        before: Option<u64>,
         limit: u16,
     ) -> Result<Vec<MessageCreate>, DiscordApiError> {
-        let route =
-            Route::GetMessages { after: Some(after), around: None, before: None, channel_id, limit: Some(limit) };
+        let route = Route::GetMessages { after: None, around: None, before, channel_id, limit: Some(limit) };
         let mut messages: Vec<MessageCreate> = self.send_for(Request::builder(&route).build()).await?;
         messages.sort_by_key(|message| message.id);
         Ok(messages)
