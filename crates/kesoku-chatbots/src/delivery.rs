@@ -22,13 +22,15 @@
 //! cannot be shown is marked `delivered` with a warning (progress display is best effort).
 //!
 //! [`run_delivery`] also tells the chatbot when one of its turns starts and ends
-//! ([`Chatbot::on_turn`]: typing indicators, status lines of interrupted turns). Messages are
-//! delivered one at a time, in the order the store announces them.
+//! ([`Chatbot::on_turn`]: typing indicators, status lines of interrupted turns). Each channel
+//! has a lane: its messages and turn changes are handled one at a time, in the order the store
+//! announces them; channels do not wait for each other.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::pin::pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use chrono::Utc;
@@ -37,6 +39,7 @@ use kesoku_core::{DeliveryRecord, Message, MessageFilter, Role, Status};
 use kesoku_gateway::{Gateway, ListenFrom};
 use kesoku_store::Ledger;
 use serde_json::Value;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::answer::{OutboundPart, plan};
@@ -261,6 +264,10 @@ impl Deliverer {
 
     /// Deliver every message of `chatbot` awaiting delivery (stored now, then live ones) and
     /// tell it when its turns start and end, until `shutdown` fires or the broker closes.
+    ///
+    /// Each channel has its own lane: a channel's messages and turn changes are handled one at
+    /// a time in the order the store announced them, while a channel waiting out a rate limit
+    /// or an outage never holds up another.
     pub async fn run(&self, chatbot: Arc<dyn Chatbot>, shutdown: CancellationToken) {
         let chatbot_id = chatbot.chatbot_id().to_owned();
         let waiting =
@@ -276,51 +283,145 @@ impl Deliverer {
         let mut sweep = tokio::time::interval(self.retry.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
-        let mut behind = false;
+        let mut lanes = Lanes {
+            deliverer: self.clone(),
+            chatbot,
+            shutdown: shutdown.clone(),
+            behind: Arc::new(AtomicBool::new(false)),
+            senders: HashMap::new(),
+        };
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 next = deliveries.next() => match next {
-                    Some(Ok(event)) => {
-                        let delivered = tokio::select! {
-                            () = shutdown.cancelled() => return,
-                            delivered = self.deliver(chatbot.as_ref(), &event.message) => delivered,
-                        };
-                        behind |= delivered.is_err();
-                    }
+                    Some(Ok(event)) => lanes.push(Work::Deliver(event.message)),
                     Some(Err(error)) => {
                         tracing::warn!(%error, %chatbot_id, "reading messages to deliver failed; catching up later");
-                        behind = true;
+                        lanes.behind.store(true, Ordering::Relaxed);
                     }
                     None => return,
                 },
                 next = roots.next() => match next {
-                    Some(Ok(event)) => {
-                        if let Err(error) = chatbot.on_turn(&event.message).await {
-                            tracing::warn!(%error, %chatbot_id, message_id = %event.message.id, "updating the platform for a turn failed");
-                        }
-                    }
+                    Some(Ok(event)) => lanes.push(Work::Turn(event.message)),
                     Some(Err(error)) => tracing::warn!(%error, %chatbot_id, "reading turn changes failed"),
                     None => return,
                 },
-                _ = sweep.tick(), if behind => {
-                    behind = false;
-                    let waiting = match self.gateway.store().list_messages(&waiting).await {
-                        Ok(waiting) => waiting,
+                _ = sweep.tick() => {
+                    lanes.senders.retain(|_, sender| !sender.is_closed());
+                    if !lanes.behind.swap(false, Ordering::Relaxed) {
+                        continue;
+                    }
+                    match self.gateway.store().list_messages(&waiting).await {
+                        Ok(waiting) => waiting.into_iter().for_each(|message| lanes.push(Work::Deliver(message))),
                         Err(error) => {
                             tracing::warn!(%error, %chatbot_id, "listing undelivered messages failed");
-                            behind = true;
-                            continue;
+                            lanes.behind.store(true, Ordering::Relaxed);
                         }
-                    };
-                    for message in waiting {
-                        let delivered = tokio::select! {
-                            () = shutdown.cancelled() => return,
-                            delivered = self.deliver(chatbot.as_ref(), &message) => delivered,
-                        };
-                        behind |= delivered.is_err();
                     }
                 }
+            }
+        }
+    }
+}
+
+/// How long a channel's lane waits for more work before it ends (a new one starts on demand).
+const LANE_IDLE: Duration = Duration::from_secs(60);
+
+/// One thing for a channel's lane to do.
+enum Work {
+    Deliver(Message),
+    Turn(Message),
+}
+
+impl Work {
+    fn message(&self) -> &Message {
+        match self {
+            Work::Deliver(message) | Work::Turn(message) => message,
+        }
+    }
+}
+
+/// The delivery lanes of one chatbot, by channel.
+struct Lanes {
+    deliverer: Deliverer,
+    chatbot: Arc<dyn Chatbot>,
+    shutdown: CancellationToken,
+    /// Set by a lane when a delivery failed for now; the sweep takes it.
+    behind: Arc<AtomicBool>,
+    senders: HashMap<String, mpsc::UnboundedSender<Work>>,
+}
+
+impl Lanes {
+    /// Queue `work` on its channel's lane, starting the lane when it is not running.
+    fn push(&mut self, work: Work) {
+        let channel = work.message().channel_id.clone();
+        let work = match self.senders.get(&channel) {
+            Some(sender) => match sender.send(work) {
+                Ok(()) => return,
+                // The lane ended (idle): start a new one with the work.
+                Err(mpsc::error::SendError(work)) => work,
+            },
+            None => work,
+        };
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let started = sender.send(work).is_ok();
+        debug_assert!(started, "a new lane's receiver is alive");
+        self.senders.insert(channel, sender);
+        tokio::spawn(lane(
+            self.deliverer.clone(),
+            Arc::clone(&self.chatbot),
+            receiver,
+            self.shutdown.clone(),
+            Arc::clone(&self.behind),
+        ));
+    }
+}
+
+/// One channel's lane: its work in order, until idle for [`LANE_IDLE`] or shutdown.
+async fn lane(
+    deliverer: Deliverer,
+    chatbot: Arc<dyn Chatbot>,
+    mut receiver: mpsc::UnboundedReceiver<Work>,
+    shutdown: CancellationToken,
+    behind: Arc<AtomicBool>,
+) {
+    loop {
+        let next = tokio::select! {
+            () = shutdown.cancelled() => return,
+            next = tokio::time::timeout(LANE_IDLE, receiver.recv()) => next,
+        };
+        let work = match next {
+            Ok(Some(work)) => work,
+            Ok(None) => return,
+            Err(_idle) => {
+                // Refuse new work (the pusher starts a new lane), then finish what was queued.
+                receiver.close();
+                while let Ok(work) = receiver.try_recv() {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = handle(&deliverer, chatbot.as_ref(), work, &behind) => {}
+                    }
+                }
+                return;
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = handle(&deliverer, chatbot.as_ref(), work, &behind) => {}
+        }
+    }
+}
+
+async fn handle(deliverer: &Deliverer, chatbot: &dyn Chatbot, work: Work, behind: &AtomicBool) {
+    match work {
+        Work::Deliver(message) => {
+            if deliverer.deliver(chatbot, &message).await.is_err() {
+                behind.store(true, Ordering::Relaxed);
+            }
+        }
+        Work::Turn(root) => {
+            if let Err(error) = chatbot.on_turn(&root).await {
+                tracing::warn!(%error, chatbot_id = chatbot.chatbot_id(), message_id = %root.id, "updating the platform for a turn failed");
             }
         }
     }

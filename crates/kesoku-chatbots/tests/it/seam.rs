@@ -446,3 +446,72 @@ async fn a_session_id_posts_into_that_session_and_leaves_the_active_one() {
     let active = fixture.gateway.store().active_session("cli", "cli").await.expect("read");
     assert_eq!(active, Some(fixture.session.id.clone()));
 }
+
+/// A platform whose channel `slow` does not answer until released; other channels answer at once.
+struct Stalled {
+    release: tokio::sync::Notify,
+    sent: Mutex<Vec<String>>,
+}
+
+#[async_trait]
+impl Chatbot for Stalled {
+    fn chatbot_id(&self) -> &str {
+        "cli"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::text_only(2000)
+    }
+
+    async fn show_step(&self, _step: &Message) -> Result<(), DeliveryError> {
+        Ok(())
+    }
+
+    async fn send_part(&self, message: &Message, part: &OutboundPart) -> Result<String, DeliveryError> {
+        if message.channel_id == "slow" {
+            self.release.notified().await;
+        }
+        self.sent.lock().expect("lock").push(message.channel_id.clone());
+        Ok(part.key.clone())
+    }
+}
+
+#[tokio::test]
+async fn a_channel_that_cannot_be_delivered_to_does_not_hold_up_another() {
+    let fixture = fixture().await;
+    let platform = Arc::new(Stalled { release: tokio::sync::Notify::new(), sent: Mutex::default() });
+    let answer_on = |channel: &'static str| {
+        let gateway = fixture.gateway.clone();
+        async move {
+            let session = gateway.resolve_session("cli", channel).await.expect("session");
+            let root = Message::user_text(&session.id, "cli", channel, "User", "question");
+            gateway.post(&root).await.expect("post root");
+            gateway.update_status(&root.id, Status::Processing).await.expect("claim");
+            let answer = TurnOrigin::of(&root, "Kesoku").final_text(1, format!("answer on {channel}"), None);
+            gateway.post(&answer).await.expect("post answer");
+            answer
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let task = {
+        let deliverer = deliverer(&fixture);
+        let chatbot: Arc<dyn Chatbot> = platform.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { deliverer.run(chatbot, shutdown).await })
+    };
+    let slow = answer_on("slow").await;
+    let fast = answer_on("fast").await;
+    eventually("the other channel's answer is delivered", || async {
+        stored(&fixture, &fast.id).await.status == Status::Delivered
+    })
+    .await;
+    assert_eq!(stored(&fixture, &slow.id).await.status, Status::Pending, "the stalled channel still waits");
+    platform.release.notify_one();
+    eventually("the stalled channel's answer is delivered once released", || async {
+        stored(&fixture, &slow.id).await.status == Status::Delivered
+    })
+    .await;
+    assert_eq!(*platform.sent.lock().expect("lock"), ["fast", "slow"]);
+    shutdown.cancel();
+    task.await.expect("the run stops");
+}
