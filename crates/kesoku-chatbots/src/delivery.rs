@@ -294,7 +294,7 @@ impl Deliverer {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 next = deliveries.next() => match next {
-                    Some(Ok(event)) => lanes.push(Work::Deliver(event.message)),
+                    Some(Ok(event)) => lanes.push(Work::Deliver(Box::new(event.message))),
                     Some(Err(error)) => {
                         tracing::warn!(%error, %chatbot_id, "reading messages to deliver failed; catching up later");
                         lanes.behind.store(true, Ordering::Relaxed);
@@ -302,7 +302,7 @@ impl Deliverer {
                     None => return,
                 },
                 next = roots.next() => match next {
-                    Some(Ok(event)) => lanes.push(Work::Turn(event.message)),
+                    Some(Ok(event)) => lanes.push(Work::Turn(Box::new(event.message))),
                     Some(Err(error)) => tracing::warn!(%error, %chatbot_id, "reading turn changes failed"),
                     None => return,
                 },
@@ -312,7 +312,7 @@ impl Deliverer {
                         continue;
                     }
                     match self.gateway.store().list_messages(&waiting).await {
-                        Ok(waiting) => waiting.into_iter().for_each(|message| lanes.push(Work::Deliver(message))),
+                        Ok(waiting) => waiting.into_iter().for_each(|message| lanes.push(Work::Deliver(Box::new(message)))),
                         Err(error) => {
                             tracing::warn!(%error, %chatbot_id, "listing undelivered messages failed");
                             lanes.behind.store(true, Ordering::Relaxed);
@@ -327,10 +327,11 @@ impl Deliverer {
 /// How long a channel's lane waits for more work before it ends (a new one starts on demand).
 const LANE_IDLE: Duration = Duration::from_secs(60);
 
-/// One thing for a channel's lane to do.
+/// One thing for a channel's lane to do. Boxed: a lane's queue allocates its slots in blocks
+/// of 32, and a message inline would make every idle lane's queue ~10 KB.
 enum Work {
-    Deliver(Message),
-    Turn(Message),
+    Deliver(Box<Message>),
+    Turn(Box<Message>),
 }
 
 impl Work {
@@ -399,15 +400,17 @@ async fn lane(
                 while let Ok(work) = receiver.try_recv() {
                     tokio::select! {
                         () = shutdown.cancelled() => return,
-                        () = handle(&deliverer, chatbot.as_ref(), work, &behind) => {}
+                        () = Box::pin(handle(&deliverer, chatbot.as_ref(), work, &behind)) => {}
                     }
                 }
                 return;
             }
         };
+        // Boxed: a delivery's future is large (store reads, platform calls), and an idle lane —
+        // one per channel heard from in the last minute — should hold only its queue.
         tokio::select! {
             () = shutdown.cancelled() => return,
-            () = handle(&deliverer, chatbot.as_ref(), work, &behind) => {}
+            () = Box::pin(handle(&deliverer, chatbot.as_ref(), work, &behind)) => {}
         }
     }
 }
@@ -435,4 +438,46 @@ pub async fn run_delivery(
     shutdown: CancellationToken,
 ) {
     Deliverer::new(gateway, workspace_dir).run(chatbot, shutdown).await;
+}
+
+#[cfg(test)]
+#[allow(clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    struct Nothing;
+
+    #[async_trait::async_trait]
+    impl Chatbot for Nothing {
+        fn chatbot_id(&self) -> &str {
+            "nothing"
+        }
+        fn capabilities(&self) -> crate::Capabilities {
+            crate::Capabilities::text_only(100)
+        }
+        async fn show_step(&self, _step: &Message) -> Result<(), DeliveryError> {
+            Ok(())
+        }
+        async fn send_part(&self, _message: &Message, part: &OutboundPart) -> Result<String, DeliveryError> {
+            Ok(part.key.clone())
+        }
+    }
+
+    #[tokio::test]
+    async fn an_idle_lane_is_small() {
+        // One lane lives per recently active channel: its task must not carry a delivery's
+        // whole future while it waits (a thousand channels, a thousand lanes). Unboxed, the
+        // lane's future was 7.9 KB in a debug build; boxed, 1.8 KB.
+        let handle = kesoku_store::open("sqlite::memory:").await.expect("an in-memory store");
+        let gateway = Gateway::new(handle.store, Arc::new(kesoku_broker::MemoryBroker::default()));
+        let (_sender, receiver) = mpsc::unbounded_channel();
+        let future = lane(
+            Deliverer::new(gateway, "/nonexistent"),
+            Arc::new(Nothing),
+            receiver,
+            CancellationToken::new(),
+            Arc::new(AtomicBool::new(false)),
+        );
+        assert!(std::mem::size_of_val(&future) <= 3 * 1024, "{} bytes", std::mem::size_of_val(&future));
+    }
 }
