@@ -307,7 +307,7 @@ impl Deliverer {
                     None => return,
                 },
                 _ = sweep.tick() => {
-                    lanes.senders.retain(|_, sender| !sender.is_closed());
+                    lanes.prune();
                     if !lanes.behind.swap(false, Ordering::Relaxed) {
                         continue;
                     }
@@ -324,8 +324,9 @@ impl Deliverer {
     }
 }
 
-/// How long a channel's lane waits for more work before it ends (a new one starts on demand).
-const LANE_IDLE: Duration = Duration::from_secs(60);
+/// How long a channel's lane waits for more work before it ends (a new one starts on demand,
+/// after the old one has finished: see [`LaneHandle::order`]).
+const LANE_IDLE: Duration = Duration::from_secs(5);
 
 /// One thing for a channel's lane to do. Boxed: a lane's queue allocates its slots in blocks
 /// of 32, and a message inline would make every idle lane's queue ~10 KB.
@@ -349,32 +350,47 @@ struct Lanes {
     shutdown: CancellationToken,
     /// Set by a lane when a delivery failed for now; the sweep takes it.
     behind: Arc<AtomicBool>,
-    senders: HashMap<String, mpsc::UnboundedSender<Work>>,
+    senders: HashMap<String, LaneHandle>,
+}
+
+/// A channel's running lane, and what keeps its successive lanes in order.
+struct LaneHandle {
+    sender: mpsc::UnboundedSender<Work>,
+    /// Held by the channel's lane for its whole life: a lane started after an idle one closed
+    /// waits until the old one has finished the work it had queued, so a channel's work never
+    /// overlaps or reorders.
+    order: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Lanes {
     /// Queue `work` on its channel's lane, starting the lane when it is not running.
     fn push(&mut self, work: Work) {
         let channel = work.message().channel_id.clone();
-        let work = match self.senders.get(&channel) {
-            Some(sender) => match sender.send(work) {
+        let (work, order) = match self.senders.get(&channel) {
+            Some(lane) => match lane.sender.send(work) {
                 Ok(()) => return,
-                // The lane ended (idle): start a new one with the work.
-                Err(mpsc::error::SendError(work)) => work,
+                // The lane ended (idle): start a new one with the work, after the old one.
+                Err(mpsc::error::SendError(work)) => (work, Arc::clone(&lane.order)),
             },
-            None => work,
+            None => (work, Arc::new(tokio::sync::Mutex::new(()))),
         };
         let (sender, receiver) = mpsc::unbounded_channel();
         let started = sender.send(work).is_ok();
         debug_assert!(started, "a new lane's receiver is alive");
-        self.senders.insert(channel, sender);
         tokio::spawn(lane(
             self.deliverer.clone(),
             Arc::clone(&self.chatbot),
             receiver,
+            Arc::clone(&order),
             self.shutdown.clone(),
             Arc::clone(&self.behind),
         ));
+        self.senders.insert(channel, LaneHandle { sender, order });
+    }
+
+    /// Forget the channels whose lanes have ended.
+    fn prune(&mut self) {
+        self.senders.retain(|_, lane| !lane.sender.is_closed() || Arc::strong_count(&lane.order) > 1);
     }
 }
 
@@ -383,9 +399,14 @@ async fn lane(
     deliverer: Deliverer,
     chatbot: Arc<dyn Chatbot>,
     mut receiver: mpsc::UnboundedReceiver<Work>,
+    order: Arc<tokio::sync::Mutex<()>>,
     shutdown: CancellationToken,
     behind: Arc<AtomicBool>,
 ) {
+    let _turn = tokio::select! {
+        () = shutdown.cancelled() => return,
+        guard = order.lock_owned() => guard,
+    };
     loop {
         let next = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -475,6 +496,7 @@ mod tests {
             Deliverer::new(gateway, "/nonexistent"),
             Arc::new(Nothing),
             receiver,
+            Arc::new(tokio::sync::Mutex::new(())),
             CancellationToken::new(),
             Arc::new(AtomicBool::new(false)),
         );
