@@ -283,6 +283,10 @@ impl Deliverer {
         let mut sweep = tokio::time::interval(self.retry.sweep_every);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         sweep.tick().await;
+        // Ended lanes are forgotten promptly: a closed lane's queue stays allocated while the
+        // map holds its sender.
+        let mut prune = tokio::time::interval(LANE_IDLE);
+        prune.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut lanes = Lanes {
             deliverer: self.clone(),
             chatbot,
@@ -306,8 +310,8 @@ impl Deliverer {
                     Some(Err(error)) => tracing::warn!(%error, %chatbot_id, "reading turn changes failed"),
                     None => return,
                 },
+                _ = prune.tick() => lanes.prune(),
                 _ = sweep.tick() => {
-                    lanes.prune();
                     if !lanes.behind.swap(false, Ordering::Relaxed) {
                         continue;
                     }
@@ -325,8 +329,9 @@ impl Deliverer {
 }
 
 /// How long a channel's lane waits for more work before it ends (a new one starts on demand,
-/// after the old one has finished: see [`LaneHandle::order`]).
-const LANE_IDLE: Duration = Duration::from_secs(5);
+/// after the old one has finished: see [`LaneHandle::order`]). Short: starting a lane costs a
+/// task spawn, while a thousand quiet channels each keeping one costs ~2 KB apiece.
+const LANE_IDLE: Duration = Duration::from_secs(1);
 
 /// One thing for a channel's lane to do. Boxed: a lane's queue allocates its slots in blocks
 /// of 32, and a message inline would make every idle lane's queue ~10 KB.
