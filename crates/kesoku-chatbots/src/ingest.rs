@@ -75,6 +75,11 @@ pub enum IngestError {
     TooLong { chars: usize },
     #[error("`{field}` must not be empty")]
     MissingField { field: &'static str },
+    #[error(
+        "session `{session_id}` is not a session of `{chatbot_id}` channel `{channel_id}`: \
+         pick one of the channel's sessions (they are listed by `/sessions`) or leave it out"
+    )]
+    ForeignSession { session_id: SessionId, chatbot_id: String, channel_id: String },
     #[error(transparent)]
     Staging(#[from] StagingError),
     #[error(transparent)]
@@ -88,6 +93,7 @@ impl IngestError {
             IngestError::Empty
             | IngestError::TooLong { .. }
             | IngestError::MissingField { .. }
+            | IngestError::ForeignSession { .. }
             | IngestError::Staging(StagingError::BadName { .. } | StagingError::TooLarge { .. }) => true,
             IngestError::Staging(StagingError::BadSession(_) | StagingError::Io { .. }) | IngestError::Gateway(_) => {
                 false
@@ -127,7 +133,11 @@ pub async fn ingest(gateway: &Gateway, staging: &Staging, inbound: Inbound) -> R
         return Ok(Ingested::Duplicate(id.clone()));
     }
     let session_id = match session_id {
-        Some(session_id) => session_id,
+        // A named session must exist and belong to the channel the message comes from.
+        Some(session_id) => match gateway.store().get_session(&session_id).await.map_err(GatewayError::from)? {
+            Some(session) if session.chatbot_id == chatbot_id && session.channel_id == channel_id => session_id,
+            Some(_) | None => return Err(IngestError::ForeignSession { session_id, chatbot_id, channel_id }),
+        },
         None => gateway.resolve_session(&chatbot_id, &channel_id).await?.id,
     };
     if !files.is_empty() {

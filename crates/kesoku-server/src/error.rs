@@ -202,6 +202,7 @@ impl From<IngestError> for AppError {
             IngestError::Empty
             | IngestError::TooLong { .. }
             | IngestError::MissingField { .. }
+            | IngestError::ForeignSession { .. }
             | IngestError::Staging(StagingError::BadSession(_) | StagingError::Io { .. })
             | IngestError::Gateway(_) => AppError::invalid_field(error.to_string()),
         }

@@ -445,6 +445,19 @@ async fn a_session_id_posts_into_that_session_and_leaves_the_active_one() {
     assert_eq!(posted.session_id, other.id);
     let active = fixture.gateway.store().active_session("cli", "cli").await.expect("read");
     assert_eq!(active, Some(fixture.session.id.clone()));
+
+    // A session of another channel, or none at all, is refused and nothing is stored.
+    let elsewhere = Session::new("cli", "elsewhere", Utc::now());
+    fixture.gateway.store().create_session(&elsewhere).await.expect("create");
+    for session_id in [elsewhere.id.clone(), kesoku_core::SessionId::from("sess_missing")] {
+        let mut inbound = Inbound::text("cli", "cli", "User", "into a foreign session");
+        inbound.session_id = Some(session_id.clone());
+        let error = ingest(&fixture.gateway, &staging(&fixture), inbound).await.expect_err("refused");
+        assert!(matches!(error, IngestError::ForeignSession { .. }) && error.is_refusal(), "{error}");
+        assert!(error.to_string().contains(session_id.as_str()), "{error}");
+    }
+    let stored = fixture.gateway.store().list_messages(&MessageFilter::default()).await.expect("list");
+    assert!(stored.iter().all(|m| m.content != "into a foreign session"), "nothing stored");
 }
 
 /// A platform whose channel `slow` does not answer until released; other channels answer at once.
