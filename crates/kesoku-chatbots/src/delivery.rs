@@ -21,7 +21,7 @@
 //! notes it on the turn's ledger row and logs it, so it is not retried forever; a step that
 //! cannot be shown is marked `delivered` with a warning (progress display is best effort).
 //!
-//! [`run_delivery`] also tells the chatbot when one of its turns starts and ends
+//! [`Deliverer::run`] also tells the chatbot when one of its turns starts and ends
 //! ([`Chatbot::on_turn`]: typing indicators, status lines of interrupted turns). Each channel
 //! has a lane: its messages and turn changes are handled one at a time, in the order the store
 //! announces them; channels do not wait for each other.
@@ -454,16 +454,6 @@ async fn handle(deliverer: &Deliverer, chatbot: &dyn Chatbot, work: Work, behind
             }
         }
     }
-}
-
-/// Deliver everything of `chatbot` until `shutdown` (a [`Deliverer`] with default retries).
-pub async fn run_delivery(
-    gateway: Gateway,
-    chatbot: Arc<dyn Chatbot>,
-    workspace_dir: impl Into<PathBuf>,
-    shutdown: CancellationToken,
-) {
-    Deliverer::new(gateway, workspace_dir).run(chatbot, shutdown).await;
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 pub use capabilities::Capabilities;
-pub use delivery::{Delivered, Deliverer, RetryPolicy, run_delivery};
+pub use delivery::{Delivered, Deliverer, RetryPolicy};
 pub use ingest::{Inbound, IngestError, Ingested, ingest};
 use kesoku_core::DeliveryRecord;
 use kesoku_core::Message;

@@ -14,8 +14,8 @@ use std::str::FromStr;
 use chrono_tz::Tz;
 use serde::Deserialize;
 
-/// Largest attachment downloaded by default: Discord's own upload limit for bots without boosts.
-pub const DEFAULT_MAX_ATTACHMENT_BYTES: u64 = 25 * 1024 * 1024;
+/// Largest attachment downloaded by default: what staging accepts by default (25 MB).
+pub const DEFAULT_MAX_ATTACHMENT_BYTES: u64 = crate::staging::DEFAULT_MAX_FILE_BYTES;
 
 /// One `[[chatbots.discord]]` table.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
