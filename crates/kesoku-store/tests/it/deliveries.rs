@@ -2,7 +2,7 @@
 //! note of a delivery that failed for good.
 
 use chrono::Duration as Span;
-use kesoku_core::{ActivationId, ActivationKind, DeliveryRecord, Lane, LedgerEntry, MessageId, Outcome, Usage};
+use kesoku_core::{ActivationId, ActivationKind, DeliveryRecord, LedgerEntry, MessageId, Outcome, Usage};
 
 use crate::backend_tests;
 use crate::harness::{Backend, t0};
@@ -61,23 +61,9 @@ async fn the_first_record_of_a_part_wins(b: &Backend) {
     assert_eq!(kept, [first, second]);
 }
 
+/// A ledger row of session `s1` for `message` (the ledger tests' row with another message).
 fn entry(id: &str, message: Option<&str>, minutes: i64) -> LedgerEntry {
-    LedgerEntry {
-        id: ActivationId::from(id),
-        kind: ActivationKind::Message,
-        lane: Lane::Interactive,
-        session_id: "s1".into(),
-        message_id: message.map(MessageId::from),
-        triggered_by: "Chii".to_owned(),
-        delegation_user: None,
-        depth: 0,
-        enqueued_at: t0() + Span::minutes(minutes),
-        started_at: None,
-        finished_at: None,
-        outcome: None,
-        error: None,
-        usage: Usage::default(),
-    }
+    LedgerEntry { message_id: message.map(MessageId::from), ..crate::ledger::entry(id, "s1", minutes) }
 }
 
 async fn a_failed_delivery_is_noted_on_the_activation_rows_of_its_turn(b: &Backend) {

@@ -9,7 +9,7 @@ use crate::harness::{Backend, t0};
 
 backend_tests!(ledger_records_an_activation_from_enqueued_to_finished);
 
-fn entry(id: &str, session: &str, minutes: i64) -> LedgerEntry {
+pub(crate) fn entry(id: &str, session: &str, minutes: i64) -> LedgerEntry {
     LedgerEntry {
         id: ActivationId::from(id),
         kind: ActivationKind::Message,
