@@ -952,6 +952,17 @@ impl FakeState {
         Ok(())
     }
 
+    /// The text channel a thread may start in: 10003 when unknown, 50024 when not a text channel.
+    fn thread_parent(&self, channel: ChannelId) -> Result<Channel, ApiError> {
+        let Some(parent) = self.channels.get(&channel).cloned() else {
+            return Err(ApiError::new(404, 10003));
+        };
+        if parent.kind != GUILD_TEXT {
+            return Err(ApiError::new(400, 50024));
+        }
+        Ok(parent)
+    }
+
     /// POST /channels/{id}/messages/{mid}/threads: the thread gets the message's id.
     pub(super) fn start_thread_from_message(
         &mut self,
@@ -960,12 +971,7 @@ impl FakeState {
         name: &str,
         auto_archive_duration: Option<u64>,
     ) -> Result<Value, ApiError> {
-        let Some(parent) = self.channels.get(&channel).cloned() else {
-            return Err(ApiError::new(404, 10003));
-        };
-        if parent.kind != GUILD_TEXT {
-            return Err(ApiError::new(400, 50024));
-        }
+        let parent = self.thread_parent(channel)?;
         let Some(stored) = self.find_message(channel, message) else {
             return Err(ApiError::new(404, 10008));
         };
@@ -990,12 +996,7 @@ impl FakeState {
         kind: Option<u8>,
         auto_archive_duration: Option<u64>,
     ) -> Result<Value, ApiError> {
-        let Some(parent) = self.channels.get(&channel).cloned() else {
-            return Err(ApiError::new(404, 10003));
-        };
-        if parent.kind != GUILD_TEXT {
-            return Err(ApiError::new(400, 50024));
-        }
+        let parent = self.thread_parent(channel)?;
         validate_thread_name(name)?;
         // Discord's documented default for a thread without a message is a private thread.
         let kind = kind.unwrap_or(PRIVATE_THREAD);
