@@ -24,7 +24,7 @@ use kesoku_llm::{
     FinishReason, HistoryOptions, LlmError, Request, Response, ToolDeclaration, collect_response,
     history_to_conversation,
 };
-use kesoku_tools::{Registry, ToolContext, ToolOutput};
+use kesoku_tools::{Registry, ToolContext, ToolOrigin, ToolOutput};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{ActivationContext, LimitKind};
@@ -408,7 +408,13 @@ impl<'a> Turn<'a> {
                 self.context.session_id.clone(),
                 call_id,
             )
-            .with_cancel(cancel.clone());
+            .with_cancel(cancel.clone())
+            .with_origin(ToolOrigin {
+                message_id: self.root.id.clone(),
+                chatbot_id: self.root.chatbot_id.clone(),
+                channel_id: self.root.channel_id.clone(),
+                timezone: self.context.timezone.clone(),
+            });
             let tools = self.deps.tools;
             let call = call.clone();
             running.push(

@@ -9,14 +9,11 @@
 //! The ledger keeps only the audit facts of an activation ([`LedgerEntry`]); the model sees only
 //! formatted entries derived from it, never this struct.
 
-use std::fmt;
-use std::str::FromStr;
-
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use crate::ids::{ActivationId, MessageId, SessionId};
-use crate::status::UnknownValue;
+use crate::ids::{ActivationId, FollowUpId, JobId, MessageId, SessionId};
 
 /// Priority lane of the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -24,7 +21,7 @@ use crate::status::UnknownValue;
 pub enum Lane {
     /// A human is waiting.
     Interactive,
-    /// Workflows, follow-ups, sub-agent and job results.
+    /// Workflows, direct triggers, follow-ups, sub-agent and job results.
     Responsive,
     /// Maintenance: compaction, titles.
     Background,
@@ -36,6 +33,7 @@ pub enum Lane {
 pub enum ActivationKind {
     Message,
     Workflow,
+    DirectTrigger,
     FollowUp,
     SubAgentResult,
     BackgroundJobResult,
@@ -54,7 +52,7 @@ pub enum Outcome {
     LimitExceeded,
 }
 
-macro_rules! wire_enum {
+macro_rules! wire_enum_impl {
     ($ty:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         impl $ty {
             pub const ALL: &'static [$ty] = &[$($ty::$variant),+];
@@ -66,19 +64,19 @@ macro_rules! wire_enum {
             }
         }
 
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
 
-        impl FromStr for $ty {
-            type Err = UnknownValue;
+        impl ::std::str::FromStr for $ty {
+            type Err = $crate::status::UnknownValue;
 
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 match s {
                     $($text => Ok($ty::$variant),)+
-                    _ => Err(UnknownValue {
+                    _ => Err($crate::status::UnknownValue {
                         what: stringify!($ty),
                         value: s.chars().take(64).collect(),
                         expected: &[$($text),+],
@@ -89,17 +87,20 @@ macro_rules! wire_enum {
     };
 }
 
-wire_enum!(Lane { Interactive => "interactive", Responsive => "responsive", Background => "background" });
-wire_enum!(ActivationKind {
+pub(crate) use wire_enum_impl as wire_enum;
+
+wire_enum_impl!(Lane { Interactive => "interactive", Responsive => "responsive", Background => "background" });
+wire_enum_impl!(ActivationKind {
     Message => "message",
     Workflow => "workflow",
+    DirectTrigger => "direct_trigger",
     FollowUp => "follow_up",
     SubAgentResult => "sub_agent_result",
     BackgroundJobResult => "background_job_result",
     VoiceTranscript => "voice_transcript",
     Maintenance => "maintenance",
 });
-wire_enum!(Outcome {
+wire_enum_impl!(Outcome {
     Succeeded => "succeeded",
     Failed => "failed",
     Interrupted => "interrupted",
@@ -168,22 +169,32 @@ pub enum MaintenanceTask {
 }
 
 /// The kind-specific payload.
+///
+/// Every kind that runs a turn is anchored on a stored root message (`message_id`): the message
+/// a person wrote, the Cronjob Trigger Message, the trigger message of a direct trigger, the
+/// follow-up's reminder, the Background Wakeup Alert. The root carries the turn's status
+/// (`pending_agent` → `processing` → `processed`), so a crash never loses the work and the
+/// answer has a parent. Content kinds carry their task besides: the trigger context the model
+/// sees is built from the contract, not parsed back out of a message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ActivationPayload {
-    /// A stored message (user text, cron trigger, wakeup alert, compaction trigger), by reference.
+    /// A stored message (user text, manual compaction trigger), by reference.
     Message { message_id: MessageId },
-    /// A workflow run, carrying its task.
-    Workflow { task: String, trigger: TriggerContext },
-    /// A reminder the agent set for itself.
-    FollowUp { note: String },
+    /// A workflow run (a `[[cron]]` job), carrying its task; its root is the Cronjob Trigger
+    /// Message.
+    Workflow { message_id: MessageId, task: String, trigger: TriggerContext },
+    /// Work an automation asked for (`POST /v1/activations`), carrying its task.
+    DirectTrigger { message_id: MessageId, task: String, trigger: TriggerContext },
+    /// A follow-up the agent scheduled for itself, come due.
+    FollowUp { message_id: MessageId, followup_id: FollowUpId, task: String },
     /// A sub-agent finished; its summary comes back to the parent session.
     SubAgentResult { child_session_id: SessionId, summary: String },
-    /// A background job finished; its wakeup alert message is referenced.
-    BackgroundJobResult { job_id: String, message_id: MessageId },
+    /// A background job ended; its wakeup alert message is the root.
+    BackgroundJobResult { job_id: JobId, message_id: MessageId },
     /// A transcribed voice message.
     VoiceTranscript { transcript: String },
-    /// Maintenance on the session.
+    /// Maintenance on the session (no root message: it answers nobody).
     Maintenance { task: MaintenanceTask },
 }
 
@@ -192,6 +203,7 @@ impl ActivationPayload {
         match self {
             ActivationPayload::Message { .. } => ActivationKind::Message,
             ActivationPayload::Workflow { .. } => ActivationKind::Workflow,
+            ActivationPayload::DirectTrigger { .. } => ActivationKind::DirectTrigger,
             ActivationPayload::FollowUp { .. } => ActivationKind::FollowUp,
             ActivationPayload::SubAgentResult { .. } => ActivationKind::SubAgentResult,
             ActivationPayload::BackgroundJobResult { .. } => ActivationKind::BackgroundJobResult,
@@ -200,17 +212,67 @@ impl ActivationPayload {
         }
     }
 
-    /// The stored message this payload points at, for reference kinds.
+    /// The stored root message this payload's turn runs on.
     pub fn message_reference(&self) -> Option<&MessageId> {
         match self {
-            ActivationPayload::Message { message_id } | ActivationPayload::BackgroundJobResult { message_id, .. } => {
-                Some(message_id)
-            }
-            ActivationPayload::Workflow { .. }
-            | ActivationPayload::FollowUp { .. }
-            | ActivationPayload::SubAgentResult { .. }
+            ActivationPayload::Message { message_id }
+            | ActivationPayload::Workflow { message_id, .. }
+            | ActivationPayload::DirectTrigger { message_id, .. }
+            | ActivationPayload::FollowUp { message_id, .. }
+            | ActivationPayload::BackgroundJobResult { message_id, .. } => Some(message_id),
+            ActivationPayload::SubAgentResult { .. }
             | ActivationPayload::VoiceTranscript { .. }
             | ActivationPayload::Maintenance { .. } => None,
+        }
+    }
+
+    /// The trigger context the model is shown (workflows and direct triggers).
+    pub fn trigger(&self) -> Option<(&TriggerContext, &str)> {
+        match self {
+            ActivationPayload::Workflow { trigger, task, .. }
+            | ActivationPayload::DirectTrigger { trigger, task, .. } => Some((trigger, task)),
+            _ => None,
+        }
+    }
+}
+
+/// What a producer other than a person asks of the activation made for its root message:
+/// stored as the root's `metadata.activation`, read by the intake. A message without it is a
+/// `message` activation (or a `workflow` when it is a Cronjob Trigger Message).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActivationRequest {
+    pub kind: ActivationKind,
+    /// The task, when the message's content is not the bare task (a follow-up's reminder text).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<TriggerContext>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub followup_id: Option<FollowUpId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<JobId>,
+    /// JSON Schema the final answer must follow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// IANA time zone the model's times are shown in (else the channel's, else `[agent]`'s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
+    /// Who asked (`cron:<job>`, `api`, …); default: the kind's producer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triggered_by: Option<String>,
+}
+
+impl ActivationRequest {
+    pub fn new(kind: ActivationKind) -> Self {
+        ActivationRequest {
+            kind,
+            task: None,
+            trigger: None,
+            followup_id: None,
+            job_id: None,
+            output_schema: None,
+            timezone: None,
+            triggered_by: None,
         }
     }
 }
@@ -237,6 +299,7 @@ impl Lane {
                 }
             },
             ActivationKind::Workflow
+            | ActivationKind::DirectTrigger
             | ActivationKind::FollowUp
             | ActivationKind::SubAgentResult
             | ActivationKind::BackgroundJobResult => Lane::Responsive,
@@ -266,6 +329,14 @@ pub struct Activation {
     pub locale: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
+    /// The configured model that answers, when the work names one (`[[cron]] model`, a direct
+    /// trigger's `model`, a channel's model); else the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// JSON Schema the final answer must follow (structured output); the answer is validated and
+    /// the model asked once more with the error when it does not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
     pub created_at: DateTime<Utc>,
     #[serde(flatten)]
     pub payload: ActivationPayload,

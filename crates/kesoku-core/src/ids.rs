@@ -85,6 +85,16 @@ id_type!(
     ActivationId,
     "act"
 );
+id_type!(
+    /// A background job's id (`run_shell_command` with `background`).
+    JobId,
+    "job"
+);
+id_type!(
+    /// A follow-up's id (`schedule_followup`).
+    FollowUpId,
+    "fu"
+);
 
 #[cfg(test)]
 mod tests {

@@ -15,15 +15,18 @@ pub mod message;
 pub mod metadata;
 pub mod session;
 pub mod status;
+pub mod work;
 
 pub use activation::{
-    Activation, ActivationKind, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Outcome, SessionKind, Usage,
+    Activation, ActivationKind, ActivationPayload, ActivationRequest, ExpectedResponse, Lane, LedgerEntry, Outcome,
+    SessionKind, Usage,
 };
 pub use delivery::DeliveryRecord;
 pub use filter::MessageFilter;
-pub use ids::{ActivationId, MessageId, SessionId};
+pub use ids::{ActivationId, FollowUpId, JobId, MessageId, SessionId};
 pub use memory::{MemoryGauge, MemoryReport};
 pub use message::{Message, Phase, TurnOrigin};
 pub use metadata::{Attachment, CompactionSummary, Metadata, TurnMetrics};
 pub use session::Session;
 pub use status::{IllegalTransition, MessageType, Role, Status, UnknownValue};
+pub use work::{FollowUp, FollowUpFilter, FollowUpState, Job, JobEnd, JobFilter, JobState};

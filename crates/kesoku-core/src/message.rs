@@ -35,6 +35,8 @@ pub const DEFAULT_AGENT_NAME: &str = "Kesoku";
 pub const SENDER_SYSTEM: &str = "System";
 /// Sender of cron-made user messages.
 pub const SENDER_CRONJOB: &str = "Cronjob";
+/// Sender of the message a direct trigger (`POST /v1/activations`) posts.
+pub const SENDER_TRIGGER: &str = "Trigger";
 /// Sender of user-facing notifications, which the model never sees.
 pub const SENDER_NOTIFICATION: &str = "Notification";
 /// Chatbot and channel id of the virtual system prompt message.
@@ -283,6 +285,42 @@ impl Message {
             content.into(),
             Status::PendingAgent,
         )
+    }
+
+    /// Direct Trigger Message (a Kesoku row, like the Cronjob Trigger Message): the task an
+    /// automation sent with `POST /v1/activations`; `user`/`text`, sender `Trigger`,
+    /// `pending_agent`, shown in the channel like a scheduled prompt. The caller adds
+    /// `metadata.activation` (kind `direct_trigger`).
+    pub fn direct_trigger(
+        session_id: &SessionId,
+        chatbot_id: &str,
+        channel_id: &str,
+        content: impl Into<String>,
+    ) -> Self {
+        Self::build(
+            session_id,
+            None,
+            chatbot_id,
+            channel_id,
+            SENDER_TRIGGER,
+            Role::User,
+            MessageType::Text,
+            content.into(),
+            Status::PendingAgent,
+        )
+    }
+
+    /// Follow-up Reminder (a Kesoku row, the spec's "background followups" of the `system`
+    /// role): a follow-up the agent scheduled has come due. Like a Background Wakeup Alert:
+    /// `system`/`text`, sender `System`, `pending_agent`, invisible to users, shown to the model
+    /// as a user turn. The caller adds `metadata.activation` (kind `follow_up`).
+    pub fn followup_reminder(
+        session_id: &SessionId,
+        chatbot_id: &str,
+        channel_id: &str,
+        content: impl Into<String>,
+    ) -> Self {
+        Self::wakeup_alert(session_id, chatbot_id, channel_id, content)
     }
 
     /// Compaction Summary: stands in, for the model, for the older turns it summarizes (see the

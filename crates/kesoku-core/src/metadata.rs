@@ -90,6 +90,10 @@ pub struct Metadata {
     /// Set on a compaction summary message: the range of turns it replaces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compaction_summary: Option<CompactionSummary>,
+    /// Set on the root message of work no person typed (a workflow, a direct trigger, a
+    /// follow-up, a background job's wakeup alert): the activation it asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation: Option<crate::activation::ActivationRequest>,
     /// Keys this version does not model, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -150,6 +154,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 Key::DiscordMessageId => metadata.discord_message_id = map.next_value()?,
                 Key::Model => metadata.model = map.next_value()?,
                 Key::CompactionSummary => metadata.compaction_summary = map.next_value()?,
+                Key::Activation => metadata.activation = map.next_value()?,
                 Key::Other(name) => {
                     let value: Value = map.next_value()?;
                     metadata.extra.insert(name, value);
@@ -176,6 +181,7 @@ enum Key {
     DiscordMessageId,
     Model,
     CompactionSummary,
+    Activation,
     Other(String),
 }
 
@@ -196,6 +202,7 @@ impl Key {
             "discord_message_id" => Key::DiscordMessageId,
             "model" => Key::Model,
             "compaction_summary" => Key::CompactionSummary,
+            "activation" => Key::Activation,
             _ => return None,
         })
     }

@@ -123,6 +123,8 @@ impl FakeAgent {
             expected_response: ExpectedResponse::default(),
             locale: None,
             timezone: None,
+            model: None,
+            output_schema: None,
             created_at: Utc::now(),
             payload: ActivationPayload::Message { message_id: root.id.clone() },
         };

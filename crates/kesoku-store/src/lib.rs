@@ -28,8 +28,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_core::{
-    ActivationId, DeliveryRecord, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Role, Session,
-    SessionId, Status, Usage,
+    ActivationId, DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd, JobFilter, JobId,
+    LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Role, Session, SessionId, Status, Usage,
 };
 
 mod clock;
@@ -176,8 +176,62 @@ pub trait Store: Send + Sync + 'static {
     /// The delivery records of a message, by part (none when nothing was sent).
     async fn delivery_records(&self, message_id: &MessageId) -> StoreResult<Vec<DeliveryRecord>>;
 
+    /// Store a new follow-up. Fails with [`StoreError::Duplicate`] when its id exists.
+    async fn insert_followup(&self, followup: &FollowUp) -> StoreResult<()> {
+        let _ = followup;
+        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
+    }
+
+    async fn get_followup(&self, id: &FollowUpId) -> StoreResult<Option<FollowUp>> {
+        let _ = id;
+        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
+    }
+
+    /// Follow-ups matching `filter`, soonest due first (ties: in the order they were stored).
+    async fn list_followups(&self, filter: &FollowUpFilter) -> StoreResult<Vec<FollowUp>> {
+        let _ = filter;
+        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
+    }
+
+    /// Move a `pending` follow-up to `to` (`fired` or `cancelled`), stamping `settled_at = at`.
+    /// False when it is not pending (fired or cancelled already): of concurrent callers exactly
+    /// one gets true. [`StoreError::NotFound`] for an unknown id.
+    async fn settle_followup(&self, id: &FollowUpId, to: FollowUpState, at: DateTime<Utc>) -> StoreResult<bool> {
+        let _ = (id, to, at);
+        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
+    }
+
+    /// Store a new background job. Fails with [`StoreError::Duplicate`] when its id exists.
+    async fn insert_job(&self, job: &Job) -> StoreResult<()> {
+        let _ = job;
+        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
+    }
+
+    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Job>> {
+        let _ = id;
+        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
+    }
+
+    /// Jobs matching `filter`, newest started first.
+    async fn list_jobs(&self, filter: &JobFilter) -> StoreResult<Vec<Job>> {
+        let _ = filter;
+        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
+    }
+
+    /// Record how a `running` job ended (state, exit code, detail, finish time). False when it
+    /// is not running (its end is recorded already): of concurrent callers exactly one gets
+    /// true. [`StoreError::NotFound`] for an unknown id.
+    async fn finish_job(&self, id: &JobId, end: &JobEnd) -> StoreResult<bool> {
+        let _ = (id, end);
+        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
+    }
+
     /// What this store holds in memory beyond its connections, for the service's metrics.
     fn memory(&self) -> StoreMemory;
+
+    /// The clock this store stamps times with; schedules (cron, follow-ups) read it too, so a
+    /// test that moves it moves them.
+    fn clock(&self) -> Clock;
 }
 
 /// The execution ledger: one durable row per activation.

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use kesoku_core::SessionId;
+use kesoku_core::{MessageId, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -42,6 +42,22 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// The provider's id for this call (or one the agent made up); names saved output files.
     pub call_id: String,
+    /// The turn this call belongs to, for tools whose work outlives the call (background jobs,
+    /// follow-ups): where it came from and where its results go. `None` outside a turn.
+    pub origin: Option<ToolOrigin>,
+}
+
+/// The turn a tool call belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOrigin {
+    /// The turn's root message.
+    pub message_id: MessageId,
+    /// Reply routing of the turn.
+    pub chatbot_id: String,
+    pub channel_id: String,
+    /// IANA time zone of the user or channel (times given to and read from the model are in it),
+    /// when one is configured.
+    pub timezone: Option<String>,
 }
 
 impl ToolContext {
@@ -58,7 +74,14 @@ impl ToolContext {
             session_id,
             cancel: CancellationToken::new(),
             call_id: call_id.into(),
+            origin: None,
         }
+    }
+
+    /// Say which turn the call belongs to.
+    pub fn with_origin(mut self, origin: ToolOrigin) -> Self {
+        self.origin = Some(origin);
+        self
     }
 
     /// Use `cancel` (typically a child of the turn's token) instead of a fresh token.

@@ -119,6 +119,8 @@ impl Agent {
             expected_response: ExpectedResponse::default(),
             locale: self.inner.deps.config.locale.clone(),
             timezone: self.inner.deps.config.timezone.clone(),
+            model: None,
+            output_schema: None,
             created_at: Utc::now(),
             payload: kind,
         }

@@ -90,6 +90,7 @@ impl Agent {
                 ),
                 ActivationPayload::Message { message_id } => self.run_message(activation, message_id).await,
                 ActivationPayload::Workflow { .. }
+                | ActivationPayload::DirectTrigger { .. }
                 | ActivationPayload::FollowUp { .. }
                 | ActivationPayload::SubAgentResult { .. }
                 | ActivationPayload::BackgroundJobResult { .. }

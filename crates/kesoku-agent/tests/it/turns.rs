@@ -417,6 +417,8 @@ async fn activations_are_checked_at_load_time_for_access_and_depth() {
         expected_response: Default::default(),
         locale: None,
         timezone: None,
+        model: None,
+        output_schema: None,
         created_at: chrono::Utc::now(),
         payload: kesoku_core::ActivationPayload::Message { message_id: other.id.clone() },
     };

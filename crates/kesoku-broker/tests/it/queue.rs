@@ -18,6 +18,8 @@ fn activation(id: &str, session: &str, lane: Lane) -> Activation {
         expected_response: Default::default(),
         locale: None,
         timezone: None,
+        model: None,
+        output_schema: None,
         created_at: Utc::now(),
         payload: ActivationPayload::Message { message_id: MessageId::from(id) },
     }

@@ -49,8 +49,10 @@ fn activation(session: &SessionId, lane: Lane, created_at: chrono::DateTime<Utc>
         expected_response: ExpectedResponse::default(),
         locale: None,
         timezone: None,
+        model: None,
+        output_schema: None,
         created_at,
-        payload: ActivationPayload::FollowUp { note: "check".into() },
+        payload: ActivationPayload::Maintenance { task: kesoku_core::activation::MaintenanceTask::Title },
     }
 }
 
@@ -81,7 +83,7 @@ async fn activations_are_listed_newest_first_and_filtered() {
     assert_eq!(rows[1]["error"], "model unreachable");
     assert_eq!(rows[1]["usage"]["model_calls"], 3);
     assert_eq!(rows[0]["lane"], "responsive");
-    assert_eq!(rows[0]["kind"], "follow_up");
+    assert_eq!(rows[0]["kind"], "maintenance");
 
     let failed = send(&app, get("/v1/activations?failed=true")).await;
     let outcomes: Vec<&str> = failed.json["activations"]

@@ -189,6 +189,8 @@ async fn state_explains_who_holds_the_session_and_what_waits() {
         expected_response: ExpectedResponse::default(),
         locale: None,
         timezone: None,
+        model: None,
+        output_schema: None,
         created_at: Utc::now(),
         payload: ActivationPayload::Message { message_id: held.id.clone() },
     };

@@ -506,6 +506,10 @@ impl Store for PgStore {
     }
 
     /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
+    fn clock(&self) -> crate::Clock {
+        self.clock.clone()
+    }
+
     fn memory(&self) -> StoreMemory {
         StoreMemory::default()
     }

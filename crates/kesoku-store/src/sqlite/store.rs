@@ -512,6 +512,10 @@ impl Store for SqliteStore {
             .await
     }
 
+    fn clock(&self) -> crate::Clock {
+        self.clock.clone()
+    }
+
     fn memory(&self) -> StoreMemory {
         let (bytes, sessions) = self.history.kept();
         StoreMemory { history_cache_bytes: bytes as u64, history_cache_sessions: sessions as u64 }
