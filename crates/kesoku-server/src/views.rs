@@ -6,14 +6,18 @@
 //! say the same thing; the fuzz run checks that they agree.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{LedgerEntry, Message, MessageId, MessageType, Role, Session, SessionId, Status};
+use kesoku_core::{
+    ActivationKind, Lane, LedgerEntry, Message, MessageId, MessageType, Role, Session, SessionId, Status,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::control::{LaneDepths, LaneLimits, RunningTurn};
 use crate::error::AppError;
 use crate::extract::{Validate, check_text};
-use crate::schema::{LedgerEntryDoc, MessageDoc, MessageTypeSchema, RoleSchema, StatusSchema};
+use crate::schema::{
+    ActivationKindSchema, LaneSchema, LedgerEntryDoc, MessageDoc, MessageTypeSchema, RoleSchema, StatusSchema,
+};
 
 /// The chatbot id of messages posted through this API (the default of `chatbot_id`).
 pub const API_CHATBOT: &str = "api";
@@ -263,6 +267,12 @@ pub struct ActivationsQuery {
     pub session_id: Option<String>,
     /// `true`: only activations that did not succeed (failed, interrupted, cancelled, limit exceeded).
     pub failed: Option<bool>,
+    /// Only activations of this kind.
+    #[param(value_type = Option<ActivationKindSchema>)]
+    pub kind: Option<ActivationKind>,
+    /// Only activations of this lane.
+    #[param(value_type = Option<LaneSchema>)]
+    pub lane: Option<Lane>,
     /// Most rows returned, newest first (default 50).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,

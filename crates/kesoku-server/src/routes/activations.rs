@@ -26,6 +26,8 @@ pub(crate) async fn list_activations(
     let filter = LedgerFilter {
         session_id: query.session_id.map(SessionId::from),
         only_unsuccessful: query.failed.unwrap_or(false),
+        kind: query.kind,
+        lane: query.lane,
         limit: Some(query.limit.unwrap_or(DEFAULT_LIMIT)),
     };
     let activations = state.ledger.list_activations(&filter).await?;
