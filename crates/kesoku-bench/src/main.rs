@@ -18,7 +18,10 @@ use kesoku_bench::bench::{self, Row, Scale};
 use kesoku_bench::system::Backend;
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "kesoku-bench", about = "Measure Kesoku: turn overhead, throughput, memory, start-up, history.")]
+#[command(
+    name = "kesoku-bench",
+    about = "Measure Kesoku: turn overhead, throughput, memory, start-up, history, lanes."
+)]
 struct Args {
     /// Also run the store measurements on PostgreSQL (each run in a schema of its own).
     #[arg(long, value_name = "URL")]
@@ -26,8 +29,8 @@ struct Args {
     /// A short run (seconds per measurement) instead of the full one.
     #[arg(long)]
     quick: bool,
-    /// Only these measurements (comma separated): overhead, throughput, history, startup, memory,
-    /// first-answer.
+    /// Only these measurements (comma separated): overhead, throughput, history, lanes, startup,
+    /// memory, first-answer.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Minutes of the memory soak (default: 1 with --quick, 10 otherwise).
@@ -122,12 +125,17 @@ async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
             let measured = bench::history::run(backend, scale).await?;
             rows.extend(bench::history::rows(backend, &measured));
         }
+        if args.wants("lanes") {
+            eprintln!("lanes on {} …", backend.label());
+            let measured = bench::lanes::run(backend, scale).await?;
+            rows.extend(bench::lanes::rows(backend, &measured));
+        }
     }
     if args.wants("startup") || args.wants("memory") || args.wants("first-answer") {
         let Some(binary) = kesoku_bench::binaries::sibling("kesoku") else {
             anyhow::bail!(
                 "start-up and memory measure the real `kesoku` binary, which is not built next to this one: \
-                 run `cargo build --release -p kesoku` first (or pass --only overhead,throughput,history)"
+                 run `cargo build --release -p kesoku` first (or pass --only overhead,throughput,history,lanes)"
             );
         };
         if args.wants("startup") {

@@ -1,6 +1,7 @@
 //! An in-process Kesoku wired the way the binary wires it (store, in-memory broker, gateway,
-//! lane queue, agent with the built-in tools), over a fresh SQLite file or a fresh PostgreSQL
-//! schema, plus a chatbot-like [`Client`] that posts messages and waits for their answers.
+//! lane queue with the binary's lane caps, agent with the built-in tools), over a fresh SQLite
+//! file or a fresh PostgreSQL schema, plus a chatbot-like [`Client`] that posts messages and
+//! waits for their answers.
 //!
 //! It owns nothing the binary does not: no HTTP API (see the `kesoku-bench-service` binary for
 //! that) and no config file. The PostgreSQL schema is created here and dropped on
@@ -14,7 +15,8 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 use kesoku_agent::{Agent, AgentConfig, AgentDeps, LaneLimits, ModelSet};
-use kesoku_broker::{MemoryBroker, MemoryQueue};
+use kesoku_broker::queue::Aging;
+use kesoku_broker::{LaneCaps, MemoryBroker, MemoryQueue};
 use kesoku_core::{Message, MessageFilter, MessageId, MessageType, Role, Session, Status};
 use kesoku_gateway::{Gateway, ListenFrom};
 use kesoku_llm::Model;
@@ -107,6 +109,8 @@ pub struct AgentSetup {
     pub config: AgentConfig,
     pub limits: LaneLimits,
     pub tools: Registry,
+    /// The queue's lane caps; `None`: the binary's, sized for `config.max_concurrent_turns`.
+    pub lane_caps: Option<LaneCaps>,
 }
 
 impl AgentSetup {
@@ -117,6 +121,7 @@ impl AgentSetup {
             config: AgentConfig::default(),
             limits: LaneLimits::default(),
             tools: kesoku_tools::builtin_registry(&kesoku_tools::ToolsConfig::default()),
+            lane_caps: None,
         }
     }
 }
@@ -126,6 +131,8 @@ pub struct System {
     pub store: StoreSetup,
     pub gateway: Gateway,
     pub agent: Agent,
+    /// The agent's queue, for benchmarks that push activations straight onto it.
+    pub queue: MemoryQueue,
     pub workspace: PathBuf,
     shutdown: CancellationToken,
     run: Option<JoinHandle<()>>,
@@ -145,10 +152,12 @@ impl System {
         let gateway = Gateway::new(Arc::clone(&store.handle.store), Arc::new(MemoryBroker::default()));
         let workspace = store.dir.path().join("workspace");
         std::fs::create_dir_all(workspace.join("sessions")).context("creating the workspace")?;
+        let caps = setup.lane_caps.unwrap_or_else(|| LaneCaps::for_workers(setup.config.max_concurrent_turns));
+        let queue = MemoryQueue::new(Aging::default(), caps);
         let agent = Agent::new(AgentDeps {
             gateway: gateway.clone(),
             ledger: Arc::clone(&store.handle.ledger),
-            queue: Arc::new(MemoryQueue::default()),
+            queue: Arc::new(queue.clone()),
             models: ModelSet::single(setup.model),
             tools: Arc::new(setup.tools),
             workspace: workspace.clone(),
@@ -164,7 +173,7 @@ impl System {
             tokio::spawn(async move { agent.run(shutdown, Duration::from_secs(5)).await })
         };
         let _stop_on_drop = shutdown.clone().drop_guard();
-        Ok(System { store, gateway, agent, workspace, shutdown, run: Some(run), _stop_on_drop })
+        Ok(System { store, gateway, agent, queue, workspace, shutdown, run: Some(run), _stop_on_drop })
     }
 
     pub fn workspace(&self) -> &Path {

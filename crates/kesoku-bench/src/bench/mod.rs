@@ -1,8 +1,9 @@
-//! The six measurements of `kesoku-bench`, one module each, and what they share: building a
+//! The seven measurements of `kesoku-bench`, one module each, and what they share: building a
 //! model against a mock server, and the report rows they produce.
 
 pub mod first_answer;
 pub mod history;
+pub mod lanes;
 pub mod memory;
 pub mod overhead;
 pub mod startup;
