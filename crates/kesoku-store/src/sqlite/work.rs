@@ -118,3 +118,53 @@ fn state_of<T: FromStr<Err = UnknownValue>>(
         None => Ok(None),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+    use kesoku_core::{FollowUpFilter, JobFilter, SessionId};
+    use rusqlite::params_from_iter;
+
+    use super::*;
+    use crate::sql::{followups_query, jobs_query};
+    use crate::sqlite::SqliteStore;
+    use crate::sqlite::rows::sqlite_query;
+
+    /// The scheduler's question (pending follow-ups due by now) and recovery's (running jobs)
+    /// are answered through an index, already in order: no scan, no sort, however many settled
+    /// rows pile up.
+    #[tokio::test]
+    async fn work_is_listed_through_indexes_in_index_order() {
+        let store = SqliteStore::open_in_memory().await.expect("open");
+        let plan = |query: &Query| -> String {
+            let (sql, values) = sqlite_query(query);
+            store.engine.with_writer(|conn| {
+                let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("explain");
+                let rows = statement
+                    .query_map(params_from_iter(values), |row| row.get::<_, String>(3))
+                    .expect("plan")
+                    .collect::<Result<Vec<_>, _>>()
+                    .expect("plan rows");
+                rows.join("; ")
+            })
+        };
+        let due = plan(&followups_query(&FollowUpFilter {
+            state: Some(FollowUpState::Pending),
+            due_by: Some(Utc::now()),
+            limit: Some(100),
+            ..Default::default()
+        }));
+        assert!(due.contains("USING INDEX followups_state_due (state=? AND due_at<?)"), "{due}");
+        let session = SessionId::from("sess_plan");
+        let of_session =
+            plan(&followups_query(&FollowUpFilter { session_id: Some(session.clone()), ..Default::default() }));
+        assert!(of_session.contains("USING INDEX followups_session_due (session_id=?)"), "{of_session}");
+        let running = plan(&jobs_query(&JobFilter { state: Some(JobState::Running), ..Default::default() }));
+        assert!(running.contains("USING INDEX jobs_state_started (state=?)"), "{running}");
+        let jobs_of_session = plan(&jobs_query(&JobFilter { session_id: Some(session), ..Default::default() }));
+        assert!(jobs_of_session.contains("USING INDEX jobs_session_started (session_id=?)"), "{jobs_of_session}");
+        for shown in [due, of_session, running, jobs_of_session] {
+            assert!(!shown.contains("SCAN") && !shown.contains("TEMP B-TREE"), "{shown}");
+        }
+    }
+}
