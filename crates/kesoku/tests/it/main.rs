@@ -8,3 +8,4 @@ mod local;
 mod repl;
 mod service;
 mod support;
+mod triggers;
