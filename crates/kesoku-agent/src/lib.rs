@@ -18,6 +18,7 @@ mod error;
 pub mod jobs;
 mod liveness;
 pub mod runtime;
+pub mod structured;
 pub mod turn;
 
 pub use config::{AgentConfig, LaneLimits, Limits, QueueMode};
