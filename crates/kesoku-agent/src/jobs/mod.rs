@@ -185,7 +185,7 @@ impl Jobs {
             self.store().list_jobs(&JobFilter { state: Some(JobState::Running), ..JobFilter::default() }).await?;
         let mut recovery = JobsRecovery::default();
         for job in running {
-            if self.is_watched(&job.id) {
+            if self.is_watching(&job.id) {
                 continue;
             }
             if process::is_running(&job) {
@@ -279,7 +279,8 @@ impl Jobs {
         self.inner.gateway.store()
     }
 
-    fn is_watched(&self, id: &JobId) -> bool {
+    /// Whether a monitor of this keeper watches `id` (until its end is reported, or shutdown).
+    pub fn is_watching(&self, id: &JobId) -> bool {
         lock(&self.inner.watched).contains(id)
     }
 

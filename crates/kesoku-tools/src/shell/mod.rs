@@ -139,11 +139,14 @@ impl ShellTool {
         started: Instant,
     ) -> ToolOutput {
         let max_chars = self.config.max_output_chars;
-        let so_far =
-            render::whole_if_fits(&moved.stdout_so_far, &moved.stderr_so_far, max_chars).unwrap_or_else(|| {
-                let marker = "[output so far cut: only its end is shown; all of it is in the job's logs]\n";
-                render::cut(&moved.stdout_so_far, &moved.stderr_so_far, max_chars, marker)
-            });
+        // Shown as a finished command's output is (without the shell's last line feed); the
+        // logs get it as written.
+        let mut stdout_shown = moved.stdout_so_far.clone();
+        stdout_shown.strip_final_newline();
+        let so_far = render::whole_if_fits(&stdout_shown, &moved.stderr_so_far, max_chars).unwrap_or_else(|| {
+            let marker = "[output so far cut: only its end is shown; all of it is in the job's logs]\n";
+            render::cut(&stdout_shown, &moved.stderr_so_far, max_chars, marker)
+        });
         let moved = *moved;
         let command = MovedCommand {
             command: command.to_owned(),
