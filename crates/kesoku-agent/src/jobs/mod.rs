@@ -50,6 +50,11 @@ use tokio_util::task::TaskTracker;
 
 pub use tools::{CANCEL_JOB, CancelJobTool, JOB_OUTPUT, JobOutputTool, LIST_JOBS, ListJobsTool, job_tools};
 
+/// How a job ended, in words: `exit code 0`, `killed by signal 9 (SIGKILL)`, `cancelled by …`.
+pub fn describe_end(job: &Job) -> String {
+    report::ending(job)
+}
+
 /// Folder of a session's staging folder that holds its jobs' logs and exit statuses.
 pub const JOBS_DIR: &str = "jobs";
 
