@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use kesoku_agent::{Agent, AgentDeps, ModelSet};
+use kesoku_agent::{Agent, AgentDeps, Jobs, JobsConfig, ModelSet};
 use kesoku_broker::MemoryBroker;
 use kesoku_broker::MemoryQueue;
 use kesoku_gateway::Gateway;
@@ -143,8 +143,37 @@ fn is_missing_key(config: &Config, name: &str) -> bool {
     }
 }
 
-/// The agent runtime over `handle` and `gateway`.
+/// The agent runtime over `handle` and `gateway`, without background jobs (`kesoku chat` running
+/// the agent itself: the process ends with the conversation, so nothing would watch a job).
 pub fn build_agent(config: &Config, handle: &StoreHandle, gateway: Gateway, models: ModelSet) -> anyhow::Result<Agent> {
+    build_agent_with(config, handle, gateway, models, None)
+}
+
+/// The service's job keeper: one per service, on its gateway and workspace.
+pub fn build_jobs(config: &Config, gateway: &Gateway) -> Jobs {
+    let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
+    Jobs::new(gateway.clone(), workspace, JobsConfig::from_shell(&config.tools.shell))
+}
+
+/// The service's agent: [`build_agent`] whose `run_shell_command` offers background jobs kept by
+/// `jobs`, with the job tools beside the built-in ones.
+pub fn build_service_agent(
+    config: &Config,
+    handle: &StoreHandle,
+    gateway: Gateway,
+    models: ModelSet,
+    jobs: &Jobs,
+) -> anyhow::Result<Agent> {
+    build_agent_with(config, handle, gateway, models, Some(jobs))
+}
+
+fn build_agent_with(
+    config: &Config,
+    handle: &StoreHandle,
+    gateway: Gateway,
+    models: ModelSet,
+    jobs: Option<&Jobs>,
+) -> anyhow::Result<Agent> {
     let intro = match &config.agent.system_prompt_file {
         Some(file) => {
             let path = config.resolve_path(file);
@@ -158,7 +187,7 @@ pub fn build_agent(config: &Config, handle: &StoreHandle, gateway: Gateway, mode
         .with_context(|| format!("creating the workspace {}", config.workspace_dir.display()))?;
     let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
     let answering = models.default_model();
-    let profile = Profile::of(config, answering.name());
+    let profile = Profile::of(config, answering.name(), jobs);
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
@@ -183,7 +212,7 @@ struct Profile {
 }
 
 impl Profile {
-    fn of(config: &Config, answering: &str) -> Profile {
+    fn of(config: &Config, answering: &str, jobs: Option<&Jobs>) -> Profile {
         let mut agent = config.agent.clone();
         match config.models.get(answering) {
             Some(ModelEntry::Local(local)) if !local.tools => {
@@ -192,11 +221,27 @@ impl Profile {
                 }
                 Profile { tools: kesoku_tools::Registry::new(), agent }
             }
-            Some(ModelEntry::Local(_) | ModelEntry::Remote(_)) | None => {
-                Profile { tools: kesoku_tools::builtin_registry(&config.tools), agent }
-            }
+            Some(ModelEntry::Local(_) | ModelEntry::Remote(_)) | None => Profile { tools: tools(config, jobs), agent },
         }
     }
+}
+
+/// The configured built-in tools; with `jobs` (and `run_shell_command` not disabled), background
+/// jobs and the job tools too.
+fn tools(config: &Config, jobs: Option<&Jobs>) -> kesoku_tools::Registry {
+    let shell_disabled = config.tools.disabled.iter().any(|name| name == kesoku_tools::RUN_SHELL_COMMAND);
+    let Some(jobs) = jobs.filter(|_| !shell_disabled) else {
+        return kesoku_tools::builtin_registry(&config.tools);
+    };
+    let mut registry = kesoku_tools::builtin_registry_with_background(&config.tools, Arc::new(jobs.clone()));
+    for tool in kesoku_agent::jobs::job_tools(jobs) {
+        // Their names are fixed and none is a built-in's, so this cannot fail; if it ever did,
+        // the tool would be missing and the log would say why.
+        if let Err(error) = registry.register_shared(tool) {
+            tracing::error!(%error, "a job tool could not be registered");
+        }
+    }
+    registry
 }
 
 /// How often [`spawn_store_watch`] looks for changes made by other processes.

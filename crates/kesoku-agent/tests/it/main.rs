@@ -7,6 +7,7 @@
 mod compaction;
 mod harness;
 mod interruption;
+mod jobs;
 mod kinds;
 mod recovery;
 mod turns;

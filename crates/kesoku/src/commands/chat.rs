@@ -13,7 +13,9 @@
 //! stop signal is in-process), only messages still waiting can. Otherwise the agent runs in
 //! this process for as long as the command does (it also takes other sessions' waiting work,
 //! as any agent would; what it has not finished when the command exits goes back to
-//! `pending_agent`).
+//! `pending_agent`). That in-process agent offers no background jobs (`run_shell_command`
+//! without `background`): nothing would watch a job once the command exits. As a client of a
+//! service, the service's agent offers them.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

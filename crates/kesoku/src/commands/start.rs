@@ -20,6 +20,10 @@
 //! the pid) refuses a second one and tells `kesoku chat` to act as a client. Two agents on one
 //! store would still be safe (claims are atomic), only wasteful.
 //!
+//! Background jobs (`run_shell_command` with `background`) are offered by the service only: it
+//! recovers them at start (adopting the running ones, reporting the ended and lost ones) and
+//! stops watching them, not the jobs, at shutdown.
+//!
 //! Not here: installing the service as a systemd unit (`service.rs`).
 
 use std::fs::{File, OpenOptions, TryLockError};
@@ -115,8 +119,14 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
 
     let (handle, gateway) = wiring::open_gateway(config, kesoku_store::Footprint::Service).await?;
-    let agent = wiring::build_agent(config, &handle, gateway.clone(), models)?;
+    let jobs = wiring::build_jobs(config, &gateway);
+    let agent = wiring::build_service_agent(config, &handle, gateway.clone(), models, &jobs)?;
     let report = agent.recover().await.context("recovering unfinished work")?;
+    // Background jobs left running by the last run: still running ones are watched again, ended
+    // or lost ones are reported now (their alerts wait as `pending_agent` for the agent).
+    if let Err(error) = jobs.recover().await {
+        tracing::warn!(%error, "recovering background jobs failed; they are looked at again at the next start");
+    }
     let waiting = gateway.store().list_messages(&MessageFilter::status(Status::PendingAgent)).await?.len();
     tracing::info!(
         recovered_messages = report.recovered_messages.len(),
@@ -191,6 +201,9 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
             }
         }
     }
+    // Stop watching jobs, never the jobs themselves: they outlive the service by design, and
+    // the next start reports the ones that end meanwhile.
+    jobs.shutdown().await;
     let _ = watch.await;
     let _ = cron.await;
     for chatbot in chatbots {
