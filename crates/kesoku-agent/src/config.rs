@@ -162,6 +162,10 @@ pub struct AgentConfig {
     pub locale: Option<String>,
     #[serde(default)]
     pub timezone: Option<String>,
+    /// Give each new session a short title, written by the summarizing model after its first
+    /// turn, on the background lane (one model call per session).
+    #[serde(default)]
+    pub titles: bool,
 }
 
 fn default_name() -> String {
@@ -196,6 +200,7 @@ impl Default for AgentConfig {
             compaction: crate::compaction::CompactionConfig::default(),
             locale: None,
             timezone: None,
+            titles: false,
         }
     }
 }

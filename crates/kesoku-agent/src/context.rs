@@ -78,7 +78,7 @@ impl ActivationContext {
             locale: activation.locale.clone(),
             timezone: activation.timezone.clone(),
             limits,
-            output_schema: None,
+            output_schema: activation.output_schema.clone(),
             model,
             started_at: Instant::now(),
         }

@@ -5,6 +5,8 @@
 //! entry are virtual user-side messages placed right before the turn's root. None of them is
 //! stored, and none carries lanes, delegation ids, ledger ids or credentials.
 
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use kesoku_core::activation::{MentionBehaviour, ReplyMode, TriggerContext};
 use kesoku_core::{Message, MessageId, Role, SessionId};
 
@@ -38,6 +40,32 @@ fn virtual_message(session_id: &SessionId, role: Role, sender: &str, content: St
     message
 }
 
+/// The time zone the model reads times in: the activation's (a cron job's, a trigger's, the
+/// user's or channel's), else `[agent] timezone`, else UTC. An unknown name counts as UTC (the
+/// config check refuses it before the service starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Zone(Tz);
+
+impl Zone {
+    pub fn named(name: Option<&str>) -> Zone {
+        Zone(name.and_then(|n| n.parse::<Tz>().ok()).unwrap_or(Tz::UTC))
+    }
+
+    /// `2026-03-29 09:00:00 Europe/Paris (UTC+02:00)`: local time, zone, and offset, so the model
+    /// can reason across a DST change.
+    pub fn format(&self, at: DateTime<Utc>) -> String {
+        let local = at.with_timezone(&self.0);
+        if self.0 == Tz::UTC {
+            return format!("{} UTC", local.format("%Y-%m-%d %H:%M:%S"));
+        }
+        format!("{} {} (UTC{})", local.format("%Y-%m-%d %H:%M:%S"), self.0.name(), local.format("%:z"))
+    }
+
+    pub fn now(&self) -> String {
+        self.format(Utc::now())
+    }
+}
+
 /// The activation context entry: where the work came from and how to answer.
 pub fn activation_context_entry(context: &ActivationContext, now_local: &str) -> Message {
     let reply = match context.expected_response.mode {
@@ -53,9 +81,6 @@ pub fn activation_context_entry(context: &ActivationContext, now_local: &str) ->
     if let Some(locale) = &context.locale {
         lines.push(format!("locale: {locale}"));
     }
-    if let Some(timezone) = &context.timezone {
-        lines.push(format!("timezone: {timezone}"));
-    }
     lines.push(format!("response: {reply}"));
     if context.expected_response.mention == MentionBehaviour::MentionTrigger {
         lines.push("mention: address the person who asked".to_owned());
@@ -63,12 +88,12 @@ pub fn activation_context_entry(context: &ActivationContext, now_local: &str) ->
     virtual_message(&context.session_id, Role::User, "System", lines.join("\n"))
 }
 
-/// The trigger context entry of a workflow run.
-pub fn trigger_context_entry(session_id: &SessionId, trigger: &TriggerContext, task: &str) -> Message {
+/// The trigger context entry of a workflow run or a direct trigger.
+pub fn trigger_context_entry(session_id: &SessionId, trigger: &TriggerContext, task: &str, zone: &Zone) -> Message {
     let mut lines = vec![
         "[Trigger context]".to_owned(),
         format!("workflow: {} (source: {})", trigger.name, trigger.source),
-        format!("fired at: {}", trigger.fired_at.to_rfc3339()),
+        format!("fired at: {}", zone.format(trigger.fired_at)),
     ];
     if let Some(schedule) = &trigger.schedule {
         lines.push(format!("schedule: {schedule}"));

@@ -17,6 +17,7 @@ pub mod entries;
 mod error;
 mod liveness;
 pub mod runtime;
+pub mod structured;
 pub mod turn;
 
 pub use config::{AgentConfig, LaneLimits, Limits, QueueMode};

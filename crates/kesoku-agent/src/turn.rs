@@ -28,6 +28,7 @@ use kesoku_tools::{Registry, ToolContext, ToolOrigin, ToolOutput};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{ActivationContext, LimitKind};
+use crate::structured;
 
 /// Text of the nudge posted after an empty model answer.
 pub const NUDGE_TEXT: &str = "Your previous response had empty content. Please provide a final user-facing response \
@@ -81,6 +82,9 @@ pub enum TurnEnd {
     Stopped { reason: StopReason },
     /// It failed; `detail` is the full error (for the staging folder), `short` for the user.
     Failed { detail: String, short: String },
+    /// A final text was posted, but it does not follow the activation's output schema even
+    /// after one retry: `problem` says how.
+    Unstructured { problem: String },
 }
 
 /// A sink for each model call's request and answer (debug mode).
@@ -205,6 +209,7 @@ impl<'a> Turn<'a> {
             return store_failure(error);
         }
         let mut nudged = false;
+        let mut schema_retried = false;
         loop {
             if self.stop.is_stopped() {
                 return self.stopped().await;
@@ -253,8 +258,21 @@ impl<'a> Turn<'a> {
                 }
             }
             if !text.trim().is_empty() {
+                let problem = self.context.output_schema.as_ref().and_then(|schema| structured::problem(schema, &text));
+                if let (Some(problem), Some(schema), false) = (&problem, &self.context.output_schema, schema_retried) {
+                    // Not posted: the model hears what was wrong, once, and answers again.
+                    schema_retried = true;
+                    let retry = self.origin.nudge(self.step, structured::retry_text(problem, schema));
+                    if let Err(error) = self.post(vec![retry]).await {
+                        return store_failure(error);
+                    }
+                    continue;
+                }
                 return match self.post_final(text, response.text_signature().map(str::to_owned)).await {
-                    Ok(()) => TurnEnd::Answered { note: blocked_note(&response) },
+                    Ok(()) => match problem {
+                        Some(problem) => TurnEnd::Unstructured { problem },
+                        None => TurnEnd::Answered { note: blocked_note(&response) },
+                    },
                     Err(error) => store_failure(error),
                 };
             }

@@ -231,7 +231,12 @@ impl ActivationPayload {
         match self {
             ActivationPayload::Workflow { trigger, task, .. }
             | ActivationPayload::DirectTrigger { trigger, task, .. } => Some((trigger, task)),
-            _ => None,
+            ActivationPayload::Message { .. }
+            | ActivationPayload::FollowUp { .. }
+            | ActivationPayload::SubAgentResult { .. }
+            | ActivationPayload::BackgroundJobResult { .. }
+            | ActivationPayload::VoiceTranscript { .. }
+            | ActivationPayload::Maintenance { .. } => None,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! mapping. Nothing here talks to a database.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{Message, MessageId, Status};
+use kesoku_core::{FollowUpId, FollowUpState, JobEnd, JobId, JobState, Message, MessageId, Status};
 
 use crate::MessageEvent;
 use crate::clock::truncate;
@@ -40,6 +40,30 @@ pub(crate) fn check_claim(id: &MessageId, to: Status, expected: &[Status]) -> St
             .map_err(|source| StoreError::IllegalTransition { id: id.as_str().to_owned(), source })?;
     }
     Ok(())
+}
+
+/// A follow-up is settled once, from `pending` to `fired` or `cancelled`; never back.
+pub(crate) fn check_settle(id: &FollowUpId, to: FollowUpState) -> StoreResult<()> {
+    match to {
+        FollowUpState::Fired | FollowUpState::Cancelled => Ok(()),
+        FollowUpState::Pending => Err(StoreError::IllegalChange {
+            what: "follow-up",
+            id: id.as_str().to_owned(),
+            reason: "cannot be settled to `pending`: settle it to `fired` or `cancelled`".to_owned(),
+        }),
+    }
+}
+
+/// A job's end is recorded once, from `running` to `exited`, `lost` or `cancelled`.
+pub(crate) fn check_finish(id: &JobId, end: &JobEnd) -> StoreResult<()> {
+    match end.state {
+        JobState::Exited | JobState::Lost | JobState::Cancelled => Ok(()),
+        JobState::Running => Err(StoreError::IllegalChange {
+            what: "job",
+            id: id.as_str().to_owned(),
+            reason: "cannot finish as `running`: record how it ended (`exited`, `lost` or `cancelled`)".to_owned(),
+        }),
+    }
 }
 
 /// The event of a change that produced `stored`. In catch-up reads, `created` says whether the

@@ -7,7 +7,7 @@
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{DeliveryRecord, LedgerEntry, Message, Metadata, Session, UnknownValue, Usage};
+use kesoku_core::{DeliveryRecord, FollowUp, Job, LedgerEntry, Message, Metadata, Session, UnknownValue, Usage};
 use serde_json::Value;
 
 use crate::error::{StoreError, StoreResult};
@@ -131,6 +131,15 @@ impl<'r, R: BackendRow> Cells<'r, R> {
     pub fn unsigned<T: TryFrom<i64>>(&self, column: &'static str) -> StoreResult<T> {
         let value = self.int(column)?;
         T::try_from(value).map_err(|_| self.corrupt(format!("column `{column}` holds {value}, out of range")))
+    }
+
+    /// A nullable integer column that must fit `T` when set (pids, exit codes).
+    pub fn opt_narrow<T: TryFrom<i64>>(&self, column: &'static str) -> StoreResult<Option<T>> {
+        self.cell(column, self.row.opt_int(column))?
+            .map(|value| {
+                T::try_from(value).map_err(|_| self.corrupt(format!("column `{column}` holds {value}, out of range")))
+            })
+            .transpose()
     }
 
     fn metadata(&self) -> StoreResult<Metadata> {
@@ -278,6 +287,44 @@ pub(crate) fn delivery_record<R: BackendRow>(row: &R) -> StoreResult<DeliveryRec
         part: cells.unsigned("part")?,
         platform_message_id: cells.text("platform_message_id")?,
         recorded_at: cells.time("recorded_at")?,
+    })
+}
+
+/// Read a follow-up row (the columns of [`crate::sql::FOLLOWUP_COLUMNS`]).
+pub(crate) fn followup<R: BackendRow>(row: &R) -> StoreResult<FollowUp> {
+    let cells = Cells::new(row, "followups")?;
+    Ok(FollowUp {
+        id: cells.id().into(),
+        session_id: cells.text("session_id")?.into(),
+        chatbot_id: cells.text("chatbot_id")?,
+        channel_id: cells.text("channel_id")?,
+        task: cells.text("task")?,
+        due_at: cells.time("due_at")?,
+        created_at: cells.time("created_at")?,
+        created_by: cells.opt_text("created_by")?.map(Into::into),
+        state: cells.parse("state")?,
+        settled_at: cells.opt_time("settled_at")?,
+    })
+}
+
+/// Read a background job row (the columns of [`crate::sql::JOB_COLUMNS`]).
+pub(crate) fn job<R: BackendRow>(row: &R) -> StoreResult<Job> {
+    let cells = Cells::new(row, "jobs")?;
+    Ok(Job {
+        id: cells.id().into(),
+        session_id: cells.text("session_id")?.into(),
+        chatbot_id: cells.text("chatbot_id")?,
+        channel_id: cells.text("channel_id")?,
+        message_id: cells.text("message_id")?.into(),
+        command: cells.text("command")?,
+        pid: cells.opt_narrow("pid")?,
+        stdout_path: cells.text("stdout_path")?,
+        stderr_path: cells.text("stderr_path")?,
+        state: cells.parse("state")?,
+        exit_code: cells.opt_narrow("exit_code")?,
+        detail: cells.opt_text("detail")?,
+        started_at: cells.time("started_at")?,
+        finished_at: cells.opt_time("finished_at")?,
     })
 }
 

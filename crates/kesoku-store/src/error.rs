@@ -35,6 +35,11 @@ pub enum StoreError {
         source: IllegalTransition,
     },
 
+    /// A change asked for a state no change may lead to (settling a follow-up back to
+    /// `pending`, finishing a job as `running`): a mistake of the caller; nothing changed.
+    #[error("{what} `{id}`: {reason}")]
+    IllegalChange { what: &'static str, id: String, reason: String },
+
     /// A compare-and-set kept losing to concurrent changes of the same row.
     #[error("message `{id}` kept changing while its status was being updated: try again")]
     Contention { id: String },
@@ -74,6 +79,7 @@ impl StoreError {
             | StoreError::Duplicate { .. }
             | StoreError::NotFound { .. }
             | StoreError::IllegalTransition { .. }
+            | StoreError::IllegalChange { .. }
             | StoreError::Corrupt { .. } => false,
         }
     }

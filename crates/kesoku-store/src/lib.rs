@@ -6,11 +6,13 @@
 //!
 //! Invariants every backend keeps (the conformance suite in `tests/it` checks each):
 //! - every status change is checked against [`kesoku_core::Status::can_transition_to`];
-//! - [`Store::claim`] is one atomic compare-and-set: of many concurrent claimants exactly one wins;
-//! - every insert and every change bumps a global revision counter and stores it on the row, so
-//!   readers can catch up with [`Store::changes_since`] after missing broadcasts; a reader that
-//!   continues from the last revision it was given never skips a change that commits late
-//!   (SQLite: one writer; PostgreSQL: the rev gate, see the `postgres` module);
+//! - [`Store::claim`], [`Store::settle_followup`] and [`Store::finish_job`] are atomic
+//!   compare-and-sets: of many concurrent callers exactly one wins;
+//! - every insert and every change of a message bumps a global revision counter and stores it
+//!   on the row, so readers can catch up with [`Store::changes_since`] after missing
+//!   broadcasts; a reader that continues from the last revision it was given never skips a
+//!   change that commits late (SQLite: one writer; PostgreSQL: the rev gate, see the `postgres`
+//!   module). Rows that are not messages (sessions, deliveries, follow-ups, jobs) take none;
 //! - a change that cannot be made (illegal transition, unknown id, duplicate id, a row this
 //!   build cannot read) is a typed error and changes nothing;
 //! - nothing read from disk panics: unknown enum strings and bad JSON are typed errors.
@@ -86,8 +88,9 @@ pub struct LedgerFilter {
     pub limit: Option<u32>,
 }
 
-/// The message store: messages, sessions, the channel → active session map, and the delivery
-/// records of messages sent to platforms.
+/// The message store: messages, sessions, the channel → active session map, the delivery
+/// records of messages sent to platforms, and work that outlives a turn (follow-ups, background
+/// jobs).
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Write a new message. Stamps `created_at`/`updated_at` when unset. Fails with
@@ -176,55 +179,37 @@ pub trait Store: Send + Sync + 'static {
     /// The delivery records of a message, by part (none when nothing was sent).
     async fn delivery_records(&self, message_id: &MessageId) -> StoreResult<Vec<DeliveryRecord>>;
 
-    /// Store a new follow-up. Fails with [`StoreError::Duplicate`] when its id exists.
-    async fn insert_followup(&self, followup: &FollowUp) -> StoreResult<()> {
-        let _ = followup;
-        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
-    }
+    /// Store a new follow-up as given (times cut to microseconds). Fails with
+    /// [`StoreError::Duplicate`] when its id exists. Follow-ups are not messages: storing or
+    /// settling one takes no revision.
+    async fn insert_followup(&self, followup: &FollowUp) -> StoreResult<()>;
 
-    async fn get_followup(&self, id: &FollowUpId) -> StoreResult<Option<FollowUp>> {
-        let _ = id;
-        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
-    }
+    async fn get_followup(&self, id: &FollowUpId) -> StoreResult<Option<FollowUp>>;
 
     /// Follow-ups matching `filter`, soonest due first (ties: in the order they were stored).
-    async fn list_followups(&self, filter: &FollowUpFilter) -> StoreResult<Vec<FollowUp>> {
-        let _ = filter;
-        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
-    }
+    async fn list_followups(&self, filter: &FollowUpFilter) -> StoreResult<Vec<FollowUp>>;
 
-    /// Move a `pending` follow-up to `to` (`fired` or `cancelled`), stamping `settled_at = at`.
-    /// False when it is not pending (fired or cancelled already): of concurrent callers exactly
-    /// one gets true. [`StoreError::NotFound`] for an unknown id.
-    async fn settle_followup(&self, id: &FollowUpId, to: FollowUpState, at: DateTime<Utc>) -> StoreResult<bool> {
-        let _ = (id, to, at);
-        Err(StoreError::Migration("follow-ups are not implemented by this backend yet".to_owned()))
-    }
+    /// Compare-and-set: move a `pending` follow-up to `to` (`fired` or `cancelled`), stamping
+    /// `settled_at = at`. False when it is not pending (fired or cancelled already; nothing
+    /// changed): of concurrent callers exactly one gets true. [`StoreError::NotFound`] for an
+    /// unknown id; [`StoreError::IllegalChange`] when `to` is `pending`.
+    async fn settle_followup(&self, id: &FollowUpId, to: FollowUpState, at: DateTime<Utc>) -> StoreResult<bool>;
 
-    /// Store a new background job. Fails with [`StoreError::Duplicate`] when its id exists.
-    async fn insert_job(&self, job: &Job) -> StoreResult<()> {
-        let _ = job;
-        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
-    }
+    /// Store a new background job as given (times cut to microseconds). Fails with
+    /// [`StoreError::Duplicate`] when its id exists. Jobs are not messages: storing or
+    /// finishing one takes no revision.
+    async fn insert_job(&self, job: &Job) -> StoreResult<()>;
 
-    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Job>> {
-        let _ = id;
-        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
-    }
+    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Job>>;
 
-    /// Jobs matching `filter`, newest started first.
-    async fn list_jobs(&self, filter: &JobFilter) -> StoreResult<Vec<Job>> {
-        let _ = filter;
-        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
-    }
+    /// Jobs matching `filter`, newest started first (ties: the last stored first).
+    async fn list_jobs(&self, filter: &JobFilter) -> StoreResult<Vec<Job>>;
 
-    /// Record how a `running` job ended (state, exit code, detail, finish time). False when it
-    /// is not running (its end is recorded already): of concurrent callers exactly one gets
-    /// true. [`StoreError::NotFound`] for an unknown id.
-    async fn finish_job(&self, id: &JobId, end: &JobEnd) -> StoreResult<bool> {
-        let _ = (id, end);
-        Err(StoreError::Migration("jobs are not implemented by this backend yet".to_owned()))
-    }
+    /// Compare-and-set: record how a `running` job ended (state, exit code, detail, finish
+    /// time). False when it is not running (its end is recorded already; nothing changed): of
+    /// concurrent callers exactly one gets true. [`StoreError::NotFound`] for an unknown id;
+    /// [`StoreError::IllegalChange`] when `end.state` is `running`.
+    async fn finish_job(&self, id: &JobId, end: &JobEnd) -> StoreResult<bool>;
 
     /// What this store holds in memory beyond its connections, for the service's metrics.
     fn memory(&self) -> StoreMemory;

@@ -54,6 +54,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         description: "delivery records",
         sql: include_str!("../migrations/sqlite/0006_deliveries.sql"),
     },
+    Migration {
+        version: 7,
+        description: "follow-ups and background jobs",
+        sql: include_str!("../migrations/sqlite/0007_work.sql"),
+    },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -87,10 +92,15 @@ pub(crate) const POSTGRES: &[Migration] = &[
         description: "delivery records",
         sql: include_str!("../migrations/postgres/0006_deliveries.sql"),
     },
+    Migration {
+        version: 7,
+        description: "follow-ups and background jobs",
+        sql: include_str!("../migrations/postgres/0007_work.sql"),
+    },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 6;
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@
 //! ever spliced into SQL text. Backend-specific statements live with their backend.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{MessageFilter, Role, SessionId, Status};
+use kesoku_core::{FollowUpFilter, JobFilter, MessageFilter, Role, SessionId, Status};
 
 /// Message columns read back by every message query (unqualified).
 pub(crate) const MESSAGE_COLUMNS: &str = "id, session_id, parent_id, chatbot_id, channel_id, sender, role, type, \
@@ -25,6 +25,12 @@ pub(crate) const LEDGER_COLUMNS: &str = "id, kind, lane, session_id, message_id,
      output_tokens";
 
 pub(crate) const DELIVERY_COLUMNS: &str = "message_id, part, platform_message_id, recorded_at";
+
+pub(crate) const FOLLOWUP_COLUMNS: &str =
+    "id, session_id, chatbot_id, channel_id, task, due_at, created_at, created_by, state, settled_at";
+
+pub(crate) const JOB_COLUMNS: &str = "id, session_id, chatbot_id, channel_id, message_id, command, pid, stdout_path, \
+     stderr_path, state, exit_code, detail, started_at, finished_at";
 
 /// The `error` of an activation row with the note `$2` added: the note alone when the row has
 /// no error, else after `; `. Both engines take this text (`||` concatenates in each).
@@ -134,6 +140,35 @@ impl Query {
 pub(crate) fn list_query(filter: &MessageFilter) -> Query {
     let mut query = Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM messages WHERE 1 = 1"));
     query.message_filter(filter, "").push(" ORDER BY seq").limit(filter.limit);
+    query
+}
+
+/// The query of `Store::list_followups`: soonest due first, ties in the order they were stored.
+pub(crate) fn followups_query(filter: &FollowUpFilter) -> Query {
+    let mut query = Query::new(&format!("SELECT {FOLLOWUP_COLUMNS} FROM followups WHERE 1 = 1"));
+    if let Some(session_id) = &filter.session_id {
+        query.and_eq("session_id", Arg::Text(session_id.as_str().to_owned()));
+    }
+    if let Some(state) = filter.state {
+        query.and_eq("state", Arg::Text(state.as_str().to_owned()));
+    }
+    if let Some(due_by) = filter.due_by {
+        query.push(" AND due_at <= ").arg(Arg::Time(due_by));
+    }
+    query.push(" ORDER BY due_at, seq").limit(filter.limit);
+    query
+}
+
+/// The query of `Store::list_jobs`: newest started first, ties newest stored first.
+pub(crate) fn jobs_query(filter: &JobFilter) -> Query {
+    let mut query = Query::new(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE 1 = 1"));
+    if let Some(session_id) = &filter.session_id {
+        query.and_eq("session_id", Arg::Text(session_id.as_str().to_owned()));
+    }
+    if let Some(state) = filter.state {
+        query.and_eq("state", Arg::Text(state.as_str().to_owned()));
+    }
+    query.push(" ORDER BY started_at DESC, seq DESC").limit(filter.limit);
     query
 }
 

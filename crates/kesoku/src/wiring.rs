@@ -111,12 +111,26 @@ pub async fn build_models(config: &Config) -> anyhow::Result<ModelSet> {
         );
     }
     let mut models = vec![Arc::clone(&model)];
-    if let Some(summarizer) = &config.agent.compaction.model
-        && *summarizer != model.name()
-    {
-        models.push(build_model(config, summarizer).await?);
+    for name in referenced_models(config) {
+        if name != model.name() {
+            models.push(build_model(config, &name).await?);
+        }
     }
     ModelSet::new(models, model.name()).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// Models the config names besides the answering one: the summarizer, cron jobs' and
+/// channels' models. Each is built at start, so a missing key or file is reported then, not
+/// when the work that names it runs.
+fn referenced_models(config: &Config) -> std::collections::BTreeSet<String> {
+    let summarizer = config.agent.compaction.model.iter().cloned();
+    let channels = config
+        .chatbots
+        .discord
+        .iter()
+        .flat_map(|discord| discord.channels.iter())
+        .filter_map(|entry| entry.model.clone());
+    summarizer.chain(channels).collect()
 }
 
 /// Whether model `name` fails only because its API key is not in the environment.

@@ -1,31 +1,27 @@
-//! Compaction as the runtime runs it: automatic before a turn whose context passes the
-//! configured share of the window (recorded as its own maintenance activation), and manual for
-//! `/compact`. What a summary covers and how it is written is [`crate::compaction`].
+//! Compaction as the runtime runs it: manual for `/compact` (the person's own turn), and the
+//! shared step of writing a summary, which background maintenance also uses (see
+//! `maintenance`). What a summary covers and how it is written is [`crate::compaction`].
 
 use std::sync::Arc;
 
-use chrono::Utc;
-use kesoku_core::{
-    Activation, ActivationId, ActivationPayload, Lane, LedgerEntry, Message, Outcome, Status, TurnOrigin, Usage,
-};
+use kesoku_core::{Activation, Message, Outcome, Status, TurnOrigin, Usage};
 use kesoku_gateway::GatewayError;
 use kesoku_llm::Model;
 
 use super::Agent;
 use crate::compaction::{self, CompactionError};
-use crate::context::ActivationContext;
 use crate::error::AgentError;
 
 /// Why a compaction did not happen.
 #[derive(Debug)]
-enum CompactError {
+pub(super) enum CompactError {
     Summary(CompactionError),
     Gateway(GatewayError),
 }
 
 impl Agent {
     /// The model that writes summaries: `[agent.compaction] model`, or the answering one.
-    fn summarizer(&self) -> Arc<dyn Model> {
+    pub(super) fn summarizer(&self) -> Arc<dyn Model> {
         let deps = &self.inner.deps;
         deps.config
             .compaction
@@ -37,7 +33,7 @@ impl Agent {
 
     /// Summarize the oldest turns of `view` and store the summary; returns the new view, or
     /// `None` when there was nothing to compact.
-    async fn compact(
+    pub(super) async fn compact(
         &self,
         root: &Message,
         view: &[Message],
@@ -61,42 +57,6 @@ impl Agent {
         let history =
             gateway.store().session_history(&root.session_id).await.map_err(|e| CompactError::Gateway(e.into()))?;
         Ok(Some(compaction::apply_summaries(history)))
-    }
-
-    /// Automatic compaction before a turn, when the prepared context passes the configured
-    /// share of the window. It is recorded as its own background-lane maintenance activation.
-    pub(super) async fn compact_if_needed(
-        &self,
-        context: &ActivationContext,
-        root: &Message,
-        view: Vec<Message>,
-    ) -> Result<Vec<Message>, AgentError> {
-        let config = &self.inner.deps.config.compaction;
-        let window = u64::from(context.model.info().context_window);
-        if !config.auto || (compaction::estimate_tokens(&view) as f64) < config.threshold * window as f64 {
-            return Ok(view);
-        }
-        let mut activation = self.activation_for(root);
-        activation.id = ActivationId::generate();
-        activation.payload =
-            ActivationPayload::Maintenance { task: kesoku_core::activation::MaintenanceTask::Compaction };
-        activation.lane = Lane::Background;
-        activation.triggered_by = "system".to_owned();
-        let ledger = &self.inner.deps.ledger;
-        ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await?;
-        ledger.record_started(&activation.id, Utc::now()).await?;
-        let usage = Usage { model_calls: 1, ..Usage::default() };
-        let (new_view, outcome, error) = match self.compact(root, &view, true).await {
-            Ok(Some(new_view)) => (new_view, Outcome::Succeeded, None),
-            Ok(None) => (view, Outcome::Succeeded, Some("nothing to compact: too few turns".to_owned())),
-            Err(CompactError::Summary(error)) => {
-                tracing::warn!(%error, session_id = %root.session_id, "automatic compaction failed; history unchanged");
-                (view, Outcome::Failed, Some(error.to_string()))
-            }
-            Err(CompactError::Gateway(error)) => return Err(error.into()),
-        };
-        ledger.record_finished(&activation.id, Utc::now(), outcome, error.as_deref(), &usage).await?;
-        Ok(new_view)
     }
 
     /// `/compact`: the Manual Compaction Trigger summarizes older turns now.

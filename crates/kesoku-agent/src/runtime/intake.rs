@@ -5,10 +5,10 @@
 use chrono::Utc;
 use futures::StreamExt;
 use kesoku_broker::StopReason;
-use kesoku_core::activation::Trigger;
+use kesoku_core::activation::{MaintenanceTask, ReplyMode, Trigger, TriggerContext};
 use kesoku_core::{
-    Activation, ActivationId, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Message, MessageFilter,
-    MessageId, MessageType, Role, SessionKind, Status,
+    Activation, ActivationId, ActivationKind, ActivationPayload, ActivationRequest, ExpectedResponse, Lane,
+    LedgerEntry, Message, MessageFilter, MessageId, MessageType, Role, SessionKind, Status,
 };
 use kesoku_gateway::ListenFrom;
 use tokio_util::sync::CancellationToken;
@@ -93,42 +93,131 @@ impl Agent {
         Ok(())
     }
 
+    /// The activation of a root message: its kind and payload from `metadata.activation` (what
+    /// the producer asked for; a Cronjob Trigger Message without it is a workflow), its lane
+    /// from the kind and who triggered it, its model and output schema from the message.
     pub(super) fn activation_for(&self, message: &Message) -> Activation {
-        let trigger = if message.is_cron_trigger() {
-            Trigger::Schedule
-        } else if message.role == Role::System {
-            Trigger::System
-        } else {
-            Trigger::Human
+        let request = requested(message);
+        let kind = request.as_ref().map_or(ActivationKind::Message, |r| r.kind);
+        let message_id = message.id.clone();
+        let task = || request.as_ref().and_then(|r| r.task.clone()).unwrap_or_else(|| message.content.clone());
+        let trigger_of = |source: &str| {
+            request.as_ref().and_then(|r| r.trigger.clone()).unwrap_or_else(|| TriggerContext {
+                name: message.metadata.cron_job.clone().unwrap_or_else(|| source.to_owned()),
+                source: source.to_owned(),
+                schedule: None,
+                fired_at: message.created_at.unwrap_or_else(Utc::now),
+            })
         };
-        let kind = ActivationPayload::Message { message_id: message.id.clone() };
-        let lane = Lane::derive(kind.kind(), trigger, SessionKind::Interactive);
+        let (payload, trigger, default_by) = match kind {
+            ActivationKind::Workflow => {
+                let trigger = trigger_of("cron");
+                let by = format!("{}:{}", trigger.source, trigger.name);
+                (ActivationPayload::Workflow { message_id, task: task(), trigger }, Trigger::Schedule, by)
+            }
+            ActivationKind::DirectTrigger => {
+                let trigger = trigger_of("api");
+                let by = trigger.source.clone();
+                (ActivationPayload::DirectTrigger { message_id, task: task(), trigger }, Trigger::System, by)
+            }
+            ActivationKind::FollowUp => match request.as_ref().and_then(|r| r.followup_id.clone()) {
+                Some(followup_id) => (
+                    ActivationPayload::FollowUp { message_id, followup_id, task: task() },
+                    Trigger::System,
+                    "follow-up".to_owned(),
+                ),
+                None => unasked(message),
+            },
+            ActivationKind::BackgroundJobResult => match request.as_ref().and_then(|r| r.job_id.clone()) {
+                Some(job_id) => {
+                    let by = format!("job:{job_id}");
+                    (ActivationPayload::BackgroundJobResult { job_id, message_id }, Trigger::System, by)
+                }
+                None => unasked(message),
+            },
+            // Not made from a stored message (the runtime makes them itself), or not produced
+            // by this version: the message is answered as what it is.
+            ActivationKind::Message
+            | ActivationKind::SubAgentResult
+            | ActivationKind::VoiceTranscript
+            | ActivationKind::Maintenance => unasked(message),
+        };
+        let lane = Lane::derive(payload.kind(), trigger, SessionKind::Interactive);
+        let config = &self.inner.deps.config;
         Activation {
             id: ActivationId::generate(),
             session_id: message.session_id.clone(),
             chatbot_id: message.chatbot_id.clone(),
             channel_id: message.channel_id.clone(),
-            triggered_by: match trigger {
-                Trigger::Human => message.sender.clone(),
-                Trigger::Schedule => "cron".to_owned(),
-                Trigger::System => "system".to_owned(),
-            },
+            triggered_by: request.as_ref().and_then(|r| r.triggered_by.clone()).unwrap_or(default_by),
             delegation_user: None,
             depth: 0,
             lane,
             expected_response: ExpectedResponse::default(),
-            locale: self.inner.deps.config.locale.clone(),
-            timezone: self.inner.deps.config.timezone.clone(),
+            locale: config.locale.clone(),
+            timezone: request.as_ref().and_then(|r| r.timezone.clone()).or_else(|| config.timezone.clone()),
+            model: message.metadata.model.clone(),
+            output_schema: request.and_then(|r| r.output_schema),
+            created_at: Utc::now(),
+            payload,
+        }
+    }
+
+    /// A maintenance activation of `session` on the background lane (no root message: it
+    /// answers nobody).
+    pub(super) fn maintenance_for(
+        &self,
+        session_id: &kesoku_core::SessionId,
+        chatbot_id: &str,
+        channel_id: &str,
+        task: MaintenanceTask,
+    ) -> Activation {
+        let payload = ActivationPayload::Maintenance { task };
+        Activation {
+            id: ActivationId::generate(),
+            session_id: session_id.clone(),
+            chatbot_id: chatbot_id.to_owned(),
+            channel_id: channel_id.to_owned(),
+            triggered_by: "system".to_owned(),
+            delegation_user: None,
+            depth: 0,
+            lane: Lane::derive(payload.kind(), Trigger::System, SessionKind::Interactive),
+            expected_response: ExpectedResponse { mode: ReplyMode::InternalOnly, ..ExpectedResponse::default() },
+            locale: None,
+            timezone: None,
             model: None,
             output_schema: None,
             created_at: Utc::now(),
-            payload: kind,
+            payload,
         }
     }
 }
 
-/// A message a person wrote (not a scheduled prompt, not a system message): only these
-/// interrupt or supersede a running turn.
+/// What the message asks for: its `metadata.activation`, or a workflow for a Cronjob Trigger
+/// Message written before triggers carried one.
+fn requested(message: &Message) -> Option<ActivationRequest> {
+    match &message.metadata.activation {
+        Some(request) => Some(request.clone()),
+        None if message.is_cron_trigger() => Some(ActivationRequest::new(ActivationKind::Workflow)),
+        None => None,
+    }
+}
+
+/// A `message` activation: a person's text (interactive), or a system message (responsive).
+fn unasked(message: &Message) -> (ActivationPayload, Trigger, String) {
+    let payload = ActivationPayload::Message { message_id: message.id.clone() };
+    if message.role == Role::System {
+        (payload, Trigger::System, "system".to_owned())
+    } else {
+        (payload, Trigger::Human, message.sender.clone())
+    }
+}
+
+/// A message a person wrote (not a scheduled prompt, not a trigger, not a system message): only
+/// these interrupt or supersede a running turn.
 pub(super) fn is_human(message: &Message) -> bool {
-    message.role == Role::User && message.message_type == MessageType::Text && !message.is_cron_trigger()
+    message.role == Role::User
+        && message.message_type == MessageType::Text
+        && !message.is_cron_trigger()
+        && message.metadata.activation.is_none()
 }

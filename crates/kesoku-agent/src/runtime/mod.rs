@@ -1,10 +1,11 @@
 //! The runtime: the [`Agent`] handle, its configured models, and the tasks it runs (intake,
 //! stop signals, the worker pool) until shutdown.
 //!
-//! Its jobs live in their own modules: `intake` (message → activation → lane), `worker`
-//! (claim, heartbeat, access check, run, resolve the root's status), `compact` (automatic and
-//! manual compaction), `recovery` (work of dead processes at start-up) and `model_log` (the
-//! per-session model log of debug mode).
+//! Its jobs live in their own modules: `intake` (root message → activation of its kind → lane),
+//! `worker` (claim, heartbeat, access check, run, resolve the root's status), `maintenance`
+//! (compaction and titles on the background lane), `compact` (writing a summary; `/compact`),
+//! `recovery` (work of dead processes at start-up) and `model_log` (the per-session model log of
+//! debug mode).
 //!
 //! One worker runs a session at a time (the queue hands a session to one worker until its lease
 //! is released). A turn runs in its own task: a panic in one session is logged, the message is
@@ -12,6 +13,7 @@
 
 mod compact;
 mod intake;
+mod maintenance;
 mod model_log;
 mod recovery;
 mod worker;
@@ -24,6 +26,7 @@ use std::time::Duration;
 use chrono::Utc;
 use futures::StreamExt;
 use kesoku_broker::{Control, Queue, QueueDepths, StopReason};
+use kesoku_core::activation::MaintenanceTask;
 use kesoku_core::{ActivationId, Lane, MessageFilter, MessageId, SessionId, Status};
 use kesoku_gateway::Gateway;
 use kesoku_llm::Model;
@@ -115,6 +118,8 @@ struct Inner {
     running: Mutex<HashMap<SessionId, RunningTurn>>,
     // Messages whose activation is queued, so a re-announced message is not queued twice.
     queued: Mutex<HashSet<MessageId>>,
+    // Maintenance waiting or running, one per (session, task).
+    maintenance: Mutex<HashSet<(SessionId, MaintenanceTask)>>,
 }
 
 /// The agent runtime. Cheap to clone.
@@ -145,6 +150,7 @@ impl Agent {
                 worker_id,
                 running: Mutex::new(HashMap::new()),
                 queued: Mutex::new(HashSet::new()),
+                maintenance: Mutex::new(HashSet::new()),
             }),
         }
     }

@@ -34,7 +34,7 @@ impl Agent {
                 lease = self.inner.deps.queue.pop() => lease,
             };
             let Ok(lease) = lease else { return };
-            if let ActivationPayload::Message { message_id } = &lease.activation.payload {
+            if let Some(message_id) = lease.activation.payload.message_reference() {
                 lock(&self.inner.queued).remove(message_id);
             }
             let activation = lease.activation.clone();
@@ -88,14 +88,16 @@ impl Agent {
                     Some(format!("depth limit of {max_depth} (this activation is at depth {})", activation.depth)),
                     Usage::default(),
                 ),
-                ActivationPayload::Message { message_id } => self.run_message(activation, message_id).await,
-                ActivationPayload::Workflow { .. }
-                | ActivationPayload::DirectTrigger { .. }
-                | ActivationPayload::FollowUp { .. }
-                | ActivationPayload::SubAgentResult { .. }
-                | ActivationPayload::BackgroundJobResult { .. }
-                | ActivationPayload::VoiceTranscript { .. }
-                | ActivationPayload::Maintenance { .. } => (
+                ActivationPayload::Maintenance { task } => self.run_maintenance(activation, *task).await,
+                // Every other kind this version produces runs a turn on its stored root.
+                ActivationPayload::Message { message_id }
+                | ActivationPayload::Workflow { message_id, .. }
+                | ActivationPayload::DirectTrigger { message_id, .. }
+                | ActivationPayload::FollowUp { message_id, .. }
+                | ActivationPayload::BackgroundJobResult { message_id, .. } => {
+                    self.run_message(activation, message_id).await
+                }
+                ActivationPayload::SubAgentResult { .. } | ActivationPayload::VoiceTranscript { .. } => (
                     Outcome::Failed,
                     Some(format!("activations of kind `{}` are not handled by this version", activation.kind())),
                     Usage::default(),
@@ -249,13 +251,14 @@ impl Agent {
         Ok(position.is_some_and(|p| waiting[p + 1..].iter().any(is_human)))
     }
 
-    /// The model that answers `root`: the one its chatbot's channel asked for
-    /// (`metadata.model`), else the default. An unknown name is logged and the default answers.
-    fn model_for(&self, root: &Message) -> Arc<dyn kesoku_llm::Model> {
+    /// The model that answers an activation: the one it names (a cron job's or trigger's
+    /// `model`, a channel's, carried as the root's `metadata.model`), else the default. An
+    /// unknown name is logged and the default answers.
+    fn model_for(&self, activation: &Activation) -> Arc<dyn kesoku_llm::Model> {
         let models = &self.inner.deps.models;
-        match root.metadata.model.as_deref() {
+        match activation.model.as_deref() {
             Some(name) => models.get(name).unwrap_or_else(|| {
-                tracing::warn!(model = name, message_id = %root.id, "the channel asks for a model that is not configured; the default answers");
+                tracing::warn!(model = name, activation_id = %activation.id, "the work names a model that is not configured; the default answers");
                 models.default_model()
             }),
             None => models.default_model(),
@@ -275,27 +278,21 @@ impl Agent {
             gateway.store().get_session(&root.session_id),
             gateway.store().session_history(&root.session_id)
         );
-        if session?.is_none() {
+        let Some(session) = session? else {
             let detail = format!("session `{}` does not exist (missing session context)", root.session_id);
             self.fail_root(&root, activation, &detail, "this conversation's session is missing").await;
             return Ok((Outcome::Failed, Some(detail), Usage::default()));
-        }
+        };
         let limits = deps.limits.for_lane(activation.lane);
-        let context = ActivationContext::derive(activation, limits, self.model_for(&root));
+        let context = ActivationContext::derive(activation, limits, self.model_for(activation));
         let history = compaction::apply_summaries(history?);
-        let history = self.compact_if_needed(&context, &root, history).await?;
+        let untitled = deps.config.titles && session.title.is_none();
+        self.before_turn(&root, &history, context.model.info().context_window, untitled);
         let staging_dir = self.session_dir(&root.session_id);
-        let now = Utc::now().format("%Y-%m-%d %H:%M:%S UTC").to_string();
-        let mut entries = vec![entries::activation_context_entry(&context, &now)];
-        if root.is_cron_trigger() {
-            // A scheduled prompt: tell the model which job fired and when.
-            let trigger = kesoku_core::activation::TriggerContext {
-                name: root.metadata.cron_job.clone().unwrap_or_else(|| "scheduled job".to_owned()),
-                source: "cron".to_owned(),
-                schedule: None,
-                fired_at: root.created_at.unwrap_or_else(Utc::now),
-            };
-            entries.push(entries::trigger_context_entry(&root.session_id, &trigger, &root.content));
+        let zone = entries::Zone::named(context.timezone.as_deref());
+        let mut entries = vec![entries::activation_context_entry(&context, &zone.now())];
+        if let Some((trigger, task)) = activation.payload.trigger() {
+            entries.push(entries::trigger_context_entry(&root.session_id, trigger, task, &zone));
         }
         let log_dir = staging_dir.clone();
         let model_log = move |step: u32, request: &Request, response: Result<&Response, &LlmError>| {
@@ -320,7 +317,9 @@ impl Agent {
         drop(turn);
         // Messages that joined the turn end as its root does.
         let steered_status = match &end {
-            TurnEnd::Answered { .. } | TurnEnd::LimitExceeded { .. } => Status::Processed,
+            TurnEnd::Answered { .. } | TurnEnd::Unstructured { .. } | TurnEnd::LimitExceeded { .. } => {
+                Status::Processed
+            }
             TurnEnd::Stopped { reason: StopReason::Shutdown } => Status::PendingAgent,
             TurnEnd::Stopped { .. } => Status::Interrupted,
             TurnEnd::Failed { .. } => Status::Error,
@@ -332,6 +331,10 @@ impl Agent {
             TurnEnd::Answered { note } => {
                 gateway.update_status(&root.id, Status::Processed).await?;
                 (Outcome::Succeeded, note)
+            }
+            TurnEnd::Unstructured { problem } => {
+                gateway.update_status(&root.id, Status::Processed).await?;
+                (Outcome::Failed, Some(format!("structured output: {problem} (after one retry)")))
             }
             TurnEnd::LimitExceeded { limit } => {
                 gateway.update_status(&root.id, Status::Processed).await?;

@@ -7,5 +7,6 @@
 mod compaction;
 mod harness;
 mod interruption;
+mod kinds;
 mod recovery;
 mod turns;

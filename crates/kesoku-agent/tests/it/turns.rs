@@ -382,7 +382,8 @@ async fn a_cron_trigger_gets_a_trigger_context_entry_and_the_responsive_lane() {
         "{request}"
     );
     let ledger = h.ledger_for(&cron.id).await;
-    assert_eq!((ledger[0].lane, ledger[0].triggered_by.as_str()), (kesoku_core::Lane::Responsive, "cron"));
+    assert_eq!((ledger[0].lane, ledger[0].triggered_by.as_str()), (kesoku_core::Lane::Responsive, "cron:diagnostics"));
+    assert_eq!(ledger[0].kind, kesoku_core::ActivationKind::Workflow);
 }
 
 #[tokio::test]

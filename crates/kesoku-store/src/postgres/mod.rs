@@ -7,9 +7,10 @@
 //! - `rev_gate`: how revisions are handed out so that a reader never skips a change committed
 //!   late (an advisory lock every revision-taking statement holds shared);
 //! - `schema`: migrations, once per schema, under an advisory lock;
-//! - `store` and `ledger`: the [`crate::Store`] and [`crate::Ledger`] implementations.
+//! - `store` and `ledger`: the [`crate::Store`] and [`crate::Ledger`] implementations;
+//! - `work`: the statements of follow-ups and background jobs.
 //!
-//! This module holds no SQL of messages, sessions or the ledger.
+//! This module holds no SQL of messages, sessions, the ledger or work rows.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -29,6 +30,7 @@ mod ledger;
 mod rev_gate;
 mod schema;
 mod store;
+mod work;
 
 /// Connections per store.
 const POOL_SIZE: u32 = 8;

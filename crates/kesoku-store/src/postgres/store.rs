@@ -1,5 +1,6 @@
-//! The PostgreSQL store's [`Store`] implementation: messages, claims, sessions and the channel
-//! map, as statements on the pool.
+//! The PostgreSQL store's [`Store`] implementation: messages, claims, sessions, the channel
+//! map, delivery records and work rows (whose statements are in `work`), as statements on the
+//! pool.
 //!
 //! Status changes read the row first (so a corrupt row is refused before anything is written),
 //! check the transition table, then apply a compare-and-set `UPDATE … WHERE status = <what was
@@ -13,21 +14,26 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kesoku_core::{DeliveryRecord, Message, MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status};
+use kesoku_core::{
+    DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd, JobFilter, JobId, Message,
+    MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status,
+};
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Postgres, Row};
 
 use super::rev_gate::{GATE, REV_GATE_KEY, gate_args};
+use super::work;
 use super::{PgStore, bind, decode_all};
 use crate::clock::truncate;
 use crate::common::{
-    CAS_ATTEMPTS, check_claim, event, first_repeated_id, insert_error, not_found, session_reference_error, stamp,
+    CAS_ATTEMPTS, check_claim, check_finish, check_settle, event, first_repeated_id, insert_error, not_found,
+    session_reference_error, stamp,
 };
 use crate::decode::{self, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::sql::{
-    Arg, DELIVERY_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
-    newest_per_channel_query, orphaned_calls_query,
+    Arg, DELIVERY_COLUMNS, FOLLOWUP_COLUMNS, JOB_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS,
+    SESSION_COLUMNS_S, followups_query, jobs_query, list_query, newest_per_channel_query, orphaned_calls_query,
 };
 use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
@@ -505,11 +511,53 @@ impl Store for PgStore {
         decode_all(&rows, decode::delivery_record)
     }
 
-    /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
+    async fn insert_followup(&self, followup: &FollowUp) -> StoreResult<()> {
+        work::insert_followup(&self.pool, followup).await
+    }
+
+    async fn get_followup(&self, id: &FollowUpId) -> StoreResult<Option<FollowUp>> {
+        let query = Query::with_args(
+            &format!("SELECT {FOLLOWUP_COLUMNS} FROM followups WHERE id = $1"),
+            vec![Arg::Text(id.as_str().to_owned())],
+        );
+        Ok(work::followups(&self.pool, query).await?.into_iter().next())
+    }
+
+    async fn list_followups(&self, filter: &FollowUpFilter) -> StoreResult<Vec<FollowUp>> {
+        work::followups(&self.pool, followups_query(filter)).await
+    }
+
+    async fn settle_followup(&self, id: &FollowUpId, to: FollowUpState, at: DateTime<Utc>) -> StoreResult<bool> {
+        check_settle(id, to)?;
+        work::settle_followup(&self.pool, id.as_str(), to, at).await
+    }
+
+    async fn insert_job(&self, job: &Job) -> StoreResult<()> {
+        work::insert_job(&self.pool, job).await
+    }
+
+    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Job>> {
+        let query = Query::with_args(
+            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"),
+            vec![Arg::Text(id.as_str().to_owned())],
+        );
+        Ok(work::jobs(&self.pool, query).await?.into_iter().next())
+    }
+
+    async fn list_jobs(&self, filter: &JobFilter) -> StoreResult<Vec<Job>> {
+        work::jobs(&self.pool, jobs_query(filter)).await
+    }
+
+    async fn finish_job(&self, id: &JobId, end: &JobEnd) -> StoreResult<bool> {
+        check_finish(id, end)?;
+        work::finish_job(&self.pool, id.as_str(), end).await
+    }
+
     fn clock(&self) -> crate::Clock {
         self.clock.clone()
     }
 
+    /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
     fn memory(&self) -> StoreMemory {
         StoreMemory::default()
     }

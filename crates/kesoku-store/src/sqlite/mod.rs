@@ -9,9 +9,10 @@
 //! - `rows`: binding queries and decoding rows, and how times are stored;
 //! - `store` and `ledger`: the [`crate::Store`] and [`crate::Ledger`] implementations (revisions
 //!   are explained in `store`);
+//! - `work`: the statements of follow-ups and background jobs;
 //! - `history_cache`: long sessions' decoded histories, kept current by revision.
 //!
-//! This module holds no SQL of messages, sessions or the ledger, and never runs a job itself.
+//! This module holds no SQL of messages, sessions, the ledger or work rows, and never runs a job itself.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -32,6 +33,7 @@ pub(crate) mod history_cache;
 mod ledger;
 mod rows;
 mod store;
+mod work;
 
 use engine::{Engine, closed};
 use history_cache::HistoryCache;

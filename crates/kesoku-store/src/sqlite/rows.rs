@@ -58,6 +58,34 @@ pub(super) const LEDGER_NAMES: &[&str] = &[
 ];
 pub(super) const CLAIM_NAMES: &[&str] = &["id", "status", "claimed_by", "claimed_at"];
 pub(super) const DELIVERY_NAMES: &[&str] = &["message_id", "part", "platform_message_id", "recorded_at"];
+pub(super) const FOLLOWUP_NAMES: &[&str] = &[
+    "id",
+    "session_id",
+    "chatbot_id",
+    "channel_id",
+    "task",
+    "due_at",
+    "created_at",
+    "created_by",
+    "state",
+    "settled_at",
+];
+pub(super) const JOB_NAMES: &[&str] = &[
+    "id",
+    "session_id",
+    "chatbot_id",
+    "channel_id",
+    "message_id",
+    "command",
+    "pid",
+    "stdout_path",
+    "stderr_path",
+    "state",
+    "exit_code",
+    "detail",
+    "started_at",
+    "finished_at",
+];
 
 /// A row read through the column list of its query.
 pub(super) struct SqlRow<'r, 's> {
@@ -204,6 +232,23 @@ pub(super) fn delivery_rows(conn: &Connection, text: &str, values: &[SqlValue]) 
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
         out.push(decode::delivery_record(&SqlRow::new(row, DELIVERY_NAMES))?);
+    }
+    Ok(out)
+}
+
+/// Every row of `query`, read through the column list `names` by `decode`.
+pub(super) fn decoded_rows<T>(
+    conn: &Connection,
+    query: &Query,
+    names: &'static [&'static str],
+    decode: impl Fn(&SqlRow<'_, '_>) -> StoreResult<T>,
+) -> StoreResult<Vec<T>> {
+    let (text, values) = sqlite_query(query);
+    let mut statement = conn.prepare_cached(&text)?;
+    let mut rows = statement.query(params_from_iter(values.iter()))?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        out.push(decode(&SqlRow::new(row, names))?);
     }
     Ok(out)
 }

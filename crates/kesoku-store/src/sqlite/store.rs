@@ -1,5 +1,6 @@
-//! The SQLite store's [`Store`] implementation: messages, claims, sessions and the channel map,
-//! each a job on the engine (writes in a transaction, reads on a reader connection).
+//! The SQLite store's [`Store`] implementation: messages, claims, sessions, the channel map,
+//! delivery records and work rows (whose statements are in `work`), each a job on the engine
+//! (writes in a transaction, reads on a reader connection).
 //!
 //! **Revisions.** Writes are serialised, so a revision is `MAX(rev) + 1` read by the writing
 //! statement itself, inside the write lock: revisions are handed out in commit order (across
@@ -15,7 +16,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use kesoku_core::{DeliveryRecord, Message, MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status};
+use kesoku_core::{
+    DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd, JobFilter, JobId, Message,
+    MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status,
+};
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params, params_from_iter};
 
@@ -24,12 +28,13 @@ use super::rows::{
     CLAIM_NAMES, HistoryRows, SESSION_NAMES, SqlRow, delivery_rows, fetch_message, messages_in, sqlite_query,
     time_text, update_returning,
 };
-use crate::common::{check_claim, event, first_repeated_id, not_found, stamp};
+use super::work;
+use crate::common::{check_claim, check_finish, check_settle, event, first_repeated_id, not_found, stamp};
 use crate::decode::{self, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
 use crate::sql::{
-    Arg, DELIVERY_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS, SESSION_COLUMNS_S, list_query,
-    newest_per_channel_query, orphaned_calls_query,
+    Arg, DELIVERY_COLUMNS, FOLLOWUP_COLUMNS, JOB_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS,
+    SESSION_COLUMNS_S, followups_query, jobs_query, list_query, newest_per_channel_query, orphaned_calls_query,
 };
 use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
@@ -130,7 +135,7 @@ fn insert_in(conn: &Connection, stored: &Message, rev: Option<i64>) -> StoreResu
 }
 
 /// A failed insert: a unique violation means the id exists.
-fn insert_error(error: rusqlite::Error, what: &'static str, id: &str) -> StoreError {
+pub(super) fn insert_error(error: rusqlite::Error, what: &'static str, id: &str) -> StoreError {
     if let rusqlite::Error::SqliteFailure(code, _) = &error
         && code.code == ErrorCode::ConstraintViolation
         && matches!(
@@ -510,6 +515,54 @@ impl Store for SqliteStore {
                 delivery_rows(conn, &text, &[SqlValue::Text(message_id)])
             })
             .await
+    }
+
+    async fn insert_followup(&self, followup: &FollowUp) -> StoreResult<()> {
+        let followup = followup.clone();
+        self.engine.write(move |conn| work::insert_followup(conn, &followup)).await
+    }
+
+    async fn get_followup(&self, id: &FollowUpId) -> StoreResult<Option<FollowUp>> {
+        let query = Query::with_args(
+            &format!("SELECT {FOLLOWUP_COLUMNS} FROM followups WHERE id = $1"),
+            vec![Arg::Text(id.as_str().to_owned())],
+        );
+        Ok(self.engine.read(move |conn| work::followups(conn, &query)).await?.into_iter().next())
+    }
+
+    async fn list_followups(&self, filter: &FollowUpFilter) -> StoreResult<Vec<FollowUp>> {
+        let query = followups_query(filter);
+        self.engine.read(move |conn| work::followups(conn, &query)).await
+    }
+
+    async fn settle_followup(&self, id: &FollowUpId, to: FollowUpState, at: DateTime<Utc>) -> StoreResult<bool> {
+        check_settle(id, to)?;
+        let (id, at) = (id.as_str().to_owned(), time_text(at));
+        self.engine.write(move |conn| work::settle_followup(conn, &id, to, &at)).await
+    }
+
+    async fn insert_job(&self, job: &Job) -> StoreResult<()> {
+        let job = job.clone();
+        self.engine.write(move |conn| work::insert_job(conn, &job)).await
+    }
+
+    async fn get_job(&self, id: &JobId) -> StoreResult<Option<Job>> {
+        let query = Query::with_args(
+            &format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"),
+            vec![Arg::Text(id.as_str().to_owned())],
+        );
+        Ok(self.engine.read(move |conn| work::jobs(conn, &query)).await?.into_iter().next())
+    }
+
+    async fn list_jobs(&self, filter: &JobFilter) -> StoreResult<Vec<Job>> {
+        let query = jobs_query(filter);
+        self.engine.read(move |conn| work::jobs(conn, &query)).await
+    }
+
+    async fn finish_job(&self, id: &JobId, end: &JobEnd) -> StoreResult<bool> {
+        check_finish(id, end)?;
+        let (id, end) = (id.as_str().to_owned(), end.clone());
+        self.engine.write(move |conn| work::finish_job(conn, &id, &end)).await
     }
 
     fn clock(&self) -> crate::Clock {

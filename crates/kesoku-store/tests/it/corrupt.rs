@@ -1,7 +1,10 @@
 //! Rows this build cannot understand (written by hand, by another program, by a newer build
 //! that added a status): typed errors naming table, id and value, never a panic, never a change.
 
-use kesoku_core::{ActivationId, DeliveryRecord, MessageFilter, MessageId, SessionId, Status};
+use kesoku_core::{
+    ActivationId, DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd, JobFilter, JobId,
+    JobState, MessageFilter, MessageId, SessionId, Status,
+};
 use kesoku_store::StoreError;
 
 use crate::backend_tests;
@@ -12,6 +15,8 @@ backend_tests!(
     metadata_that_is_not_kesoku_metadata_is_reported,
     other_bad_values_are_reported,
     a_delivery_record_out_of_range_is_reported,
+    unknown_follow_up_states_are_reported_and_nothing_changes,
+    bad_job_rows_are_reported_and_nothing_changes,
 );
 
 fn assert_corrupt(error: &StoreError, table: &str, id: &str, value: &str) {
@@ -140,4 +145,67 @@ async fn a_delivery_record_out_of_range_is_reported(b: &Backend) {
     b.place.raw("UPDATE deliveries SET part = -7 WHERE message_id = 'msg_bad'").await;
     let error = b.store.delivery_records(&record.message_id).await.expect_err("a negative part");
     assert_corrupt(&error, "deliveries", "msg_bad", "-7");
+}
+
+async fn unknown_follow_up_states_are_reported_and_nothing_changes(b: &Backend) {
+    let good = FollowUp {
+        id: FollowUpId::from("fu_good"),
+        session_id: SessionId::from("s1"),
+        chatbot_id: "cli".to_owned(),
+        channel_id: "cli".to_owned(),
+        task: "t".to_owned(),
+        due_at: t0(),
+        created_at: t0(),
+        created_by: None,
+        state: FollowUpState::Pending,
+        settled_at: None,
+    };
+    let bad = FollowUp { id: FollowUpId::from("fu_bad"), ..good.clone() };
+    for f in [&good, &bad] {
+        b.store.insert_followup(f).await.expect("insert");
+    }
+    // A state a newer build may know.
+    b.place.raw("UPDATE followups SET state = 'snoozed' WHERE id = 'fu_bad'").await;
+    assert_corrupt(&b.store.get_followup(&bad.id).await.expect_err("get"), "followups", "fu_bad", "snoozed");
+    let error = b.store.list_followups(&FollowUpFilter::default()).await.expect_err("list");
+    assert_corrupt(&error, "followups", "fu_bad", "snoozed");
+    let error = b.store.settle_followup(&bad.id, FollowUpState::Fired, t0()).await.expect_err("settle");
+    assert_corrupt(&error, "followups", "fu_bad", "snoozed");
+    assert_eq!(b.place.raw_strings("SELECT state FROM followups WHERE id = 'fu_bad'").await, ["snoozed"]);
+    assert_eq!(b.store.get_followup(&good.id).await.expect("the good row reads"), Some(good));
+}
+
+async fn bad_job_rows_are_reported_and_nothing_changes(b: &Backend) {
+    let good = Job {
+        id: JobId::from("job_good"),
+        session_id: SessionId::from("s1"),
+        chatbot_id: "cli".to_owned(),
+        channel_id: "cli".to_owned(),
+        message_id: MessageId::from("msg_root"),
+        command: "true".to_owned(),
+        pid: Some(7),
+        stdout_path: "/tmp/o".to_owned(),
+        stderr_path: "/tmp/e".to_owned(),
+        state: JobState::Running,
+        exit_code: None,
+        detail: None,
+        started_at: t0(),
+        finished_at: None,
+    };
+    let bad = Job { id: JobId::from("job_bad"), ..good.clone() };
+    for j in [&good, &bad] {
+        b.store.insert_job(j).await.expect("insert");
+    }
+    b.place.raw("UPDATE jobs SET state = 'zombie' WHERE id = 'job_bad'").await;
+    assert_corrupt(&b.store.get_job(&bad.id).await.expect_err("get"), "jobs", "job_bad", "zombie");
+    let error = b.store.list_jobs(&JobFilter::default()).await.expect_err("list");
+    assert_corrupt(&error, "jobs", "job_bad", "zombie");
+    let end = JobEnd { state: JobState::Lost, exit_code: None, detail: None, finished_at: t0() };
+    assert_corrupt(&b.store.finish_job(&bad.id, &end).await.expect_err("finish"), "jobs", "job_bad", "zombie");
+    assert_eq!(b.place.raw_strings("SELECT state FROM jobs WHERE id = 'job_bad'").await, ["zombie"]);
+
+    // A pid no process can have (written by hand) is reported, not cut to fit.
+    b.place.raw("UPDATE jobs SET state = 'running', pid = 9999999999 WHERE id = 'job_bad'").await;
+    assert_corrupt(&b.store.get_job(&bad.id).await.expect_err("get"), "jobs", "job_bad", "9999999999");
+    assert_eq!(b.store.get_job(&good.id).await.expect("the good row reads"), Some(good));
 }

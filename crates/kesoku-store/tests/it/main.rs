@@ -15,3 +15,4 @@ mod messages;
 mod opening;
 mod sessions;
 mod support;
+mod work;
