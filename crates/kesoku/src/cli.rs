@@ -42,6 +42,8 @@ pub enum Command {
     History(HistoryCommand),
     /// List the execution ledger (one row per activation).
     Ledger(LedgerArgs),
+    /// List the follow-ups the agent scheduled (pending ones, soonest first), or cancel one.
+    Followups(FollowupsArgs),
     /// Configured models.
     #[command(subcommand)]
     Models(ModelsCommand),
@@ -174,6 +176,31 @@ pub struct LedgerArgs {
     /// Print JSON lines.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct FollowupsArgs {
+    #[command(subcommand)]
+    pub command: Option<FollowupsCommand>,
+    /// Fired and cancelled follow-ups too.
+    #[arg(long)]
+    pub all: bool,
+    /// Only this session's follow-ups.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FollowupsCommand {
+    /// Cancel a pending follow-up.
+    Cancel {
+        /// The follow-up's id (`fu_…`).
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use kesoku_agent::{Agent, AgentDeps, ModelSet};
+use kesoku_agent::{Agent, AgentDeps, Followups, ModelSet};
 use kesoku_broker::MemoryBroker;
 use kesoku_broker::MemoryQueue;
 use kesoku_gateway::Gateway;
@@ -143,8 +143,33 @@ fn is_missing_key(config: &Config, name: &str) -> bool {
     }
 }
 
-/// The agent runtime over `handle` and `gateway`.
-pub fn build_agent(config: &Config, handle: &StoreHandle, gateway: Gateway, models: ModelSet) -> anyhow::Result<Agent> {
+/// The follow-ups of this process over `gateway`: their tools (given to the agent by
+/// [`build_agent`]) and their scheduler (`Followups::run`, spawned by whoever runs the agent).
+/// Reminders show times in `[agent] timezone`, else UTC.
+pub fn build_followups(config: &Config, gateway: &Gateway) -> Followups {
+    Followups::new(gateway.clone(), local_zone(config))
+}
+
+/// `[agent] timezone`, else UTC: the zone times are shown in outside a turn.
+pub fn local_zone(config: &Config) -> kesoku_agent::followups::Tz {
+    match config.agent.timezone.as_deref() {
+        Some(name) => kesoku_agent::followups::parse_zone(name).unwrap_or_else(|| {
+            tracing::warn!(timezone = name, "[agent] timezone is not an IANA time zone; showing UTC");
+            kesoku_agent::followups::Tz::UTC
+        }),
+        None => kesoku_agent::followups::Tz::UTC,
+    }
+}
+
+/// The agent runtime over `handle` and `gateway`, offering `followups`' tools with the built-in
+/// ones.
+pub fn build_agent(
+    config: &Config,
+    handle: &StoreHandle,
+    gateway: Gateway,
+    models: ModelSet,
+    followups: &Followups,
+) -> anyhow::Result<Agent> {
     let intro = match &config.agent.system_prompt_file {
         Some(file) => {
             let path = config.resolve_path(file);
@@ -158,7 +183,7 @@ pub fn build_agent(config: &Config, handle: &StoreHandle, gateway: Gateway, mode
         .with_context(|| format!("creating the workspace {}", config.workspace_dir.display()))?;
     let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
     let answering = models.default_model();
-    let profile = Profile::of(config, answering.name());
+    let profile = Profile::of(config, answering.name(), followups);
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
@@ -182,7 +207,7 @@ struct Profile {
 }
 
 impl Profile {
-    fn of(config: &Config, answering: &str) -> Profile {
+    fn of(config: &Config, answering: &str, followups: &Followups) -> Profile {
         let mut agent = config.agent.clone();
         match config.models.get(answering) {
             Some(ModelEntry::Local(local)) if !local.tools => {
@@ -192,7 +217,13 @@ impl Profile {
                 Profile { tools: kesoku_tools::Registry::new(), agent }
             }
             Some(ModelEntry::Local(_) | ModelEntry::Remote(_)) | None => {
-                Profile { tools: kesoku_tools::builtin_registry(&config.tools), agent }
+                let mut tools = kesoku_tools::builtin_registry(&config.tools);
+                // Their names are distinct from the built-ins' (tested); a failure would leave
+                // them out and say why.
+                if let Err(error) = followups.register(&mut tools) {
+                    tracing::error!(%error, "the follow-up tools could not be registered");
+                }
+                Profile { tools, agent }
             }
         }
     }
@@ -278,7 +309,8 @@ mod tests {
         let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
         let model = ScriptedModel::new("local", vec![ScriptStep::text("40")]);
         let models = ModelSet::single(Arc::new(model.clone()));
-        let agent = build_agent(&config, &handle, gateway.clone(), models).expect("agent");
+        let followups = build_followups(&config, &gateway);
+        let agent = build_agent(&config, &handle, gateway.clone(), models, &followups).expect("agent");
         let shutdown = tokio_util::sync::CancellationToken::new();
         let runner = tokio::spawn({
             let (agent, shutdown) = (agent.clone(), shutdown.clone());
@@ -324,7 +356,18 @@ mod tests {
         // `tools = true`: the full agent, tools and built-in prompt.
         let request = first_request("", &format!("{local}tools = true\n")).await;
         let names: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(
+            names,
+            [
+                "cancel_followup",
+                "edit_file",
+                "list_followups",
+                "read_file",
+                "run_shell_command",
+                "schedule_followup",
+                "write_file"
+            ]
+        );
         assert!(
             request.system.as_deref().is_some_and(|s| s.starts_with("# System Instructions")),
             "{:?}",

@@ -12,6 +12,8 @@
 //!   runs acts as its client, see `chat.rs`), heard through the store watch, and work left
 //!   `pending_agent` by an earlier run;
 //! - the HTTP API, when `[http]` is configured;
+//! - `[[cron]]` jobs and the follow-ups the agent scheduled, each posting its root message when
+//!   due;
 //! - the chat platforms under `[chatbots]` (each connects, ingests, and is delivered to by a
 //!   `kesoku_chatbots::Deliverer`, see [`start_chatbots`]).
 //!
@@ -115,7 +117,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
 
     let (handle, gateway) = wiring::open_gateway(config, kesoku_store::Footprint::Service).await?;
-    let agent = wiring::build_agent(config, &handle, gateway.clone(), models)?;
+    let followups = wiring::build_followups(config, &gateway);
+    let agent = wiring::build_agent(config, &handle, gateway.clone(), models, &followups)?;
     let report = agent.recover().await.context("recovering unfinished work")?;
     let waiting = gateway.store().list_messages(&MessageFilter::status(Status::PendingAgent)).await?.len();
     tracing::info!(
@@ -137,6 +140,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let chatbots = start_chatbots(config, &handle, &gateway, &agent, &shutdown)?;
     // Cron jobs post their trigger messages on schedule.
     let cron = tokio::spawn(kesoku_chatbots::cron::run_cron(gateway.clone(), config.cron.clone(), shutdown.clone()));
+    // Follow-ups the agent scheduled fire as they come due (those due while it was down, now).
+    let followups = tokio::spawn(followups.run(shutdown.clone()));
     // HTTP when configured: the API, the console and the `api` chatbot's delivery.
     let http = match &config.http {
         Some(section) => Some(start_http(config, section, &handle, &gateway, &agent, &shutdown).await?),
@@ -193,6 +198,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     }
     let _ = watch.await;
     let _ = cron.await;
+    let _ = followups.await;
     for chatbot in chatbots {
         let _ = chatbot.await;
     }
