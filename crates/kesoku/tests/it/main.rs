@@ -4,6 +4,7 @@
 
 mod chat;
 mod discord;
+mod followups;
 mod local;
 mod repl;
 mod service;
