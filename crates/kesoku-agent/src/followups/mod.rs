@@ -29,7 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use chrono_tz::Tz;
+/// The IANA time zones follow-up times are read and shown in.
+pub use chrono_tz::Tz;
 use kesoku_core::{
     ActivationKind, ActivationRequest, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Message, SessionId,
 };
