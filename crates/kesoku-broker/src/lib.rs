@@ -15,7 +15,7 @@ use kesoku_core::{Message, MessageFilter, SessionId};
 use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryBroker;
-pub use queue::{MemoryQueue, Queue, QueueDepths};
+pub use queue::{LaneCaps, MemoryQueue, Queue, QueueDepths};
 
 /// A message was written: its state as of revision `rev`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,30 +1,44 @@
 //! The lane queue: which activation runs next.
 //!
 //! Three lanes, served by priority with aging: interactive work goes first, but a responsive or
-//! background activation that has waited long enough is promoted, so nothing starves. A session
-//! is handed to one worker at a time: while an activation of a session is out (its
-//! [`QueueLease`] alive), later activations of that session wait, in order, even if other
-//! sessions' work runs meanwhile.
+//! background activation that has waited long enough is promoted, so nothing starves.
+//!
+//! Invariants:
+//! - **Interactive work is never queued behind automation.** [`LaneCaps`] bound how many
+//!   responsive and background activations may be out at once (by default, for N workers:
+//!   responsive and background together ≤ max(1, 3N/4), background ≤ max(1, N/4)); interactive
+//!   work may use every worker. So with N ≥ 2 some workers are always free of automation, and an
+//!   interactive activation waits only for other interactive work (or for its own session).
+//! - **Background work always progresses.** Its cap is at least 1, and aging promotes a
+//!   background activation that has waited among what may run, so a stream of interactive work
+//!   does not hold it back forever.
+//! - **One turn per session at a time.** While a turn-running activation of a session is out
+//!   (its [`QueueLease`] alive), the session's later ones wait, in order, even if other sessions'
+//!   work runs meanwhile. Maintenance (compaction, titles) is held apart: it runs beside the
+//!   session's turn, never beside another maintenance activation of the same session.
+//!
+//! Not here: what an activation does, its limits, or whether the work beside a turn is safe
+//! (the runtime makes maintenance safe to run beside a turn).
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kesoku_core::{Activation, Lane, SessionId};
+use kesoku_core::{Activation, ActivationPayload, Lane, SessionId};
 use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::BrokerError;
 
-/// Waiting activations per lane, and sessions with work out.
+/// Waiting activations per lane, and activations out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct QueueDepths {
     pub interactive: usize,
     pub responsive: usize,
     pub background: usize,
-    /// Sessions whose activation is currently being worked on.
+    /// Activations handed to a worker and not yet released.
     pub running: usize,
 }
 
@@ -46,7 +60,34 @@ impl Default for Aging {
     }
 }
 
-/// A handed-out activation. Its session stays reserved until the lease is released or dropped.
+/// How many activations of the automated lanes may be out at once; interactive work may use
+/// every worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaneCaps {
+    /// Responsive and background activations out together: the workers this leaves are kept
+    /// for interactive work.
+    pub responsive_and_background: usize,
+    /// Background activations out (counted in `responsive_and_background` too).
+    pub background: usize,
+}
+
+impl LaneCaps {
+    /// The caps for a pool of `workers`: responsive and background together ≤ max(1, 3N/4),
+    /// background ≤ max(1, N/4). A quarter of the pool is always free of automation (none when
+    /// N = 1: a single worker must still serve every lane).
+    pub fn for_workers(workers: usize) -> LaneCaps {
+        let workers = workers.max(1);
+        LaneCaps { responsive_and_background: (workers * 3 / 4).max(1), background: (workers / 4).max(1) }
+    }
+
+    /// No caps: every lane may use every worker (priority and aging still order the work).
+    pub fn unlimited() -> LaneCaps {
+        LaneCaps { responsive_and_background: usize::MAX, background: usize::MAX }
+    }
+}
+
+/// A handed-out activation. What it holds (its session's turns, or its session's maintenance)
+/// stays reserved until the lease is released or dropped.
 pub struct QueueLease {
     pub activation: Activation,
     release: Option<Box<dyn FnOnce() + Send>>,
@@ -84,11 +125,36 @@ impl Drop for QueueLease {
 #[async_trait]
 pub trait Queue: Send + Sync + 'static {
     async fn push(&self, activation: Activation) -> Result<(), BrokerError>;
-    /// Wait for the next runnable activation (its session not already out).
+    /// Wait for the next runnable activation: what it holds is free (its session's turns, or its
+    /// session's maintenance) and its lane is under its cap.
     async fn pop(&self) -> Result<QueueLease, BrokerError>;
     fn depths(&self) -> QueueDepths;
     /// Drop waiting activations of a session (for example when the session is cleared).
     fn remove_session(&self, session_id: &SessionId) -> Vec<Activation>;
+}
+
+/// What of a session an activation holds while it is out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Hold {
+    /// The session's turns: one at a time, in order.
+    Turns,
+    /// The session's maintenance (compaction, titles): one at a time, beside the turns.
+    Maintenance,
+}
+
+impl Hold {
+    fn of(activation: &Activation) -> Hold {
+        match activation.payload {
+            ActivationPayload::Maintenance { .. } => Hold::Maintenance,
+            ActivationPayload::Message { .. }
+            | ActivationPayload::Workflow { .. }
+            | ActivationPayload::DirectTrigger { .. }
+            | ActivationPayload::FollowUp { .. }
+            | ActivationPayload::SubAgentResult { .. }
+            | ActivationPayload::BackgroundJobResult { .. }
+            | ActivationPayload::VoiceTranscript { .. } => Hold::Turns,
+        }
+    }
 }
 
 struct Waiting {
@@ -99,7 +165,12 @@ struct Waiting {
 #[derive(Default)]
 struct State {
     lanes: [VecDeque<Waiting>; 3],
-    running: HashSet<SessionId>,
+    /// Sessions whose turn is out.
+    turns_out: HashSet<SessionId>,
+    /// Sessions whose maintenance is out.
+    maintenance_out: HashSet<SessionId>,
+    /// Activations out, per lane (indexed like `lanes`).
+    out: [usize; 3],
 }
 
 fn lane_index(lane: Lane) -> usize {
@@ -111,14 +182,49 @@ fn lane_index(lane: Lane) -> usize {
 }
 
 impl State {
+    fn held(&self, hold: Hold) -> &HashSet<SessionId> {
+        match hold {
+            Hold::Turns => &self.turns_out,
+            Hold::Maintenance => &self.maintenance_out,
+        }
+    }
+
+    fn held_mut(&mut self, hold: Hold) -> &mut HashSet<SessionId> {
+        match hold {
+            Hold::Turns => &mut self.turns_out,
+            Hold::Maintenance => &mut self.maintenance_out,
+        }
+    }
+
+    /// Give back what an activation of `lane` holding `hold` of `session_id` held.
+    fn release(&mut self, lane: usize, session_id: &SessionId, hold: Hold) {
+        self.held_mut(hold).remove(session_id);
+        self.out[lane] = self.out[lane].saturating_sub(1);
+    }
+
+    /// Whether one more activation of lane `lane` (an index) may go out under `caps`.
+    fn lane_has_room(&self, lane: usize, caps: LaneCaps) -> bool {
+        let automated = self.out[1] + self.out[2];
+        match lane {
+            0 => true,
+            1 => automated < caps.responsive_and_background,
+            _ => automated < caps.responsive_and_background && self.out[2] < caps.background,
+        }
+    }
+
     /// The runnable activation with the best effective priority: lane rank minus one per aging
-    /// step waited; ties go to the one waiting longest.
-    fn take_next(&mut self, aging: Aging, now: Instant) -> Option<Activation> {
+    /// step waited; ties go to the one waiting longest. Lanes at their cap do not compete.
+    fn take_next(&mut self, aging: Aging, caps: LaneCaps, now: Instant) -> Option<Activation> {
         let mut best: Option<(i64, Instant, usize, usize)> = None;
         for (lane, queue) in self.lanes.iter().enumerate() {
+            if !self.lane_has_room(lane, caps) {
+                continue;
+            }
             // Only the first runnable item of each lane competes: lanes are FIFO.
-            let Some((position, item)) =
-                queue.iter().enumerate().find(|(_, w)| !self.running.contains(&w.activation.session_id))
+            let Some((position, item)) = queue
+                .iter()
+                .enumerate()
+                .find(|(_, w)| !self.held(Hold::of(&w.activation)).contains(&w.activation.session_id))
             else {
                 continue;
             };
@@ -132,7 +238,9 @@ impl State {
         }
         let (_, _, lane, position) = best?;
         let waiting = self.lanes[lane].remove(position)?;
-        self.running.insert(waiting.activation.session_id.clone());
+        let hold = Hold::of(&waiting.activation);
+        self.held_mut(hold).insert(waiting.activation.session_id.clone());
+        self.out[lane] += 1;
         Some(waiting.activation)
     }
 }
@@ -148,42 +256,63 @@ struct Inner {
     state: Mutex<State>,
     ready: Notify,
     aging: Aging,
+    caps: LaneCaps,
 }
 
 impl std::fmt::Debug for MemoryQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryQueue").field("depths", &self.depths()).finish()
+        f.debug_struct("MemoryQueue").field("depths", &self.depths()).field("caps", &self.inner.caps).finish()
     }
 }
 
 impl MemoryQueue {
-    pub fn new(aging: Aging) -> Self {
-        MemoryQueue { inner: Arc::new(Inner { state: Mutex::new(State::default()), ready: Notify::new(), aging }) }
+    pub fn new(aging: Aging, caps: LaneCaps) -> Self {
+        MemoryQueue {
+            inner: Arc::new(Inner { state: Mutex::new(State::default()), ready: Notify::new(), aging, caps }),
+        }
+    }
+
+    /// The queue of a pool of `workers` (the agent's `max_concurrent_turns`): default aging,
+    /// [`LaneCaps::for_workers`].
+    pub fn for_workers(workers: usize) -> Self {
+        Self::new(Aging::default(), LaneCaps::for_workers(workers))
+    }
+
+    pub fn caps(&self) -> LaneCaps {
+        self.inner.caps
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        // A poisoned lock only means another thread panicked mid-update of plain collections;
-        // the data is still structurally valid, so keep serving.
-        self.inner.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock_state(&self.inner.state)
     }
 
     /// Take the next runnable activation now, if any.
     pub fn try_pop(&self) -> Option<QueueLease> {
-        let activation = self.lock().take_next(self.inner.aging, Instant::now())?;
+        let activation = self.lock().take_next(self.inner.aging, self.inner.caps, Instant::now())?;
         let inner = Arc::clone(&self.inner);
+        let lane = lane_index(activation.lane);
         let session_id = activation.session_id.clone();
+        let hold = Hold::of(&activation);
         Some(QueueLease::new(activation, move || {
-            inner.state.lock().unwrap_or_else(|p| p.into_inner()).running.remove(&session_id);
-            // A session freed up: its next activation may now run.
+            lock_state(&inner.state).release(lane, &session_id, hold);
+            // A session and a lane slot freed up: waiting work may now run.
             inner.ready.notify_waiters();
             inner.ready.notify_one();
         }))
     }
 }
 
+fn lock_state(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    // A poisoned lock only means another thread panicked mid-update of plain collections;
+    // the data is still structurally valid, so keep serving.
+    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Default for MemoryQueue {
+    /// Default aging and no lane caps: every lane may use every worker. The agent's wiring uses
+    /// [`MemoryQueue::for_workers`] instead.
     fn default() -> Self {
-        Self::new(Aging::default())
+        Self::new(Aging::default(), LaneCaps::unlimited())
     }
 }
 
@@ -216,7 +345,7 @@ impl Queue for MemoryQueue {
             interactive: state.lanes[0].len(),
             responsive: state.lanes[1].len(),
             background: state.lanes[2].len(),
-            running: state.running.len(),
+            running: state.out.iter().sum(),
         }
     }
 

@@ -59,13 +59,13 @@ pub struct RunningTurn {
     pub since: DateTime<Utc>,
 }
 
-/// Waiting activations per lane, and sessions with work out.
+/// Waiting activations per lane, and activations out.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LaneDepths {
     pub interactive: u64,
     pub responsive: u64,
     pub background: u64,
-    /// Sessions whose activation is being worked on.
+    /// Activations handed to a worker and not yet finished.
     pub running: u64,
 }
 

@@ -43,6 +43,6 @@ pub use server::{DEFAULT_BODY_LIMIT, MemoryProbe, ServerState, app, openapi_docu
 pub use trajectory::{CONTENT_SECURITY_POLICY as TRAJECTORY_CSP, escape_html, render_trajectory_html};
 pub use views::{
     API_CHATBOT, ActivationListResponse, Activity, AttachmentParams, HealthResponse, MessageEventView,
-    MessagesResponse, PostMessageParams, PostMessageResponse, SessionListResponse, SessionStateResponse, SessionView,
-    StopResponse,
+    MessagesResponse, PostActivationParams, PostActivationResponse, PostMessageParams, PostMessageResponse,
+    SessionListResponse, SessionStateResponse, SessionView, StopResponse,
 };

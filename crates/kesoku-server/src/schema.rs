@@ -47,6 +47,21 @@ enum_schema!(LaneSchema, "Lane", Lane, "Priority lane of the queue.");
 enum_schema!(ActivationKindSchema, "ActivationKind", ActivationKind, "The kind of an activation.");
 enum_schema!(OutcomeSchema, "Outcome", Outcome, "How an activation ended.");
 
+/// An IANA time zone name, listed from the time zone table the server checks against.
+pub(crate) struct TimezoneSchema;
+
+impl PartialSchema for TimezoneSchema {
+    fn schema() -> RefOr<Schema> {
+        string_enum("An IANA time zone name.", chrono_tz::TZ_VARIANTS.iter().map(|zone| zone.name()))
+    }
+}
+
+impl ToSchema for TimezoneSchema {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Timezone")
+    }
+}
+
 /// A message, exactly as the message specification writes it.
 #[derive(ToSchema)]
 #[schema(as = Message)]

@@ -58,6 +58,8 @@ pub struct ServerState {
     pub memory: Option<MemoryProbe>,
     /// Fires when the server shuts down: open event streams end.
     pub shutdown: CancellationToken,
+    /// The configured model names (`[models.NAME]`): the models a direct trigger may name.
+    pub models: Vec<String>,
 }
 
 impl std::fmt::Debug for ServerState {
@@ -83,7 +85,14 @@ impl ServerState {
             body_limit: DEFAULT_BODY_LIMIT,
             memory: None,
             shutdown: CancellationToken::new(),
+            models: Vec::new(),
         }
+    }
+
+    /// The configured model names a direct trigger may ask for.
+    pub fn with_models(mut self, names: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.models = names.into_iter().map(Into::into).collect();
+        self
     }
 
     pub fn with_token(mut self, token: Token) -> Self {

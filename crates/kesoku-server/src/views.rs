@@ -6,14 +6,19 @@
 //! say the same thing; the fuzz run checks that they agree.
 
 use chrono::{DateTime, Utc};
-use kesoku_core::{LedgerEntry, Message, MessageId, MessageType, Role, Session, SessionId, Status};
+use kesoku_core::{
+    ActivationKind, Lane, LedgerEntry, Message, MessageId, MessageType, Role, Session, SessionId, Status,
+};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
 use crate::control::{LaneDepths, LaneLimits, RunningTurn};
 use crate::error::AppError;
 use crate::extract::{Validate, check_text};
-use crate::schema::{LedgerEntryDoc, MessageDoc, MessageTypeSchema, RoleSchema, StatusSchema};
+use crate::schema::{
+    ActivationKindSchema, LaneSchema, LedgerEntryDoc, MessageDoc, MessageTypeSchema, RoleSchema, StatusSchema,
+    TimezoneSchema,
+};
 
 /// The chatbot id of messages posted through this API (the default of `chatbot_id`).
 pub const API_CHATBOT: &str = "api";
@@ -135,6 +140,101 @@ pub struct PostMessageResponse {
     /// The session it went to.
     #[schema(value_type = String)]
     pub session_id: SessionId,
+}
+
+/// Work for the agent from an automation (a webhook, a script): a direct trigger.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PostActivationParams {
+    /// What the agent should do. Stored as the Direct Trigger Message's content.
+    #[schema(min_length = 1, pattern = "^[^\\u0000]*$", example = "Summarize today's open issues")]
+    pub task: String,
+    /// The chatbot whose channel gets the answer (`api`: this API's event stream).
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "api")]
+    pub chatbot_id: String,
+    /// The channel inside the chatbot; with `chatbot_id` it selects the active session.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "ops")]
+    pub channel_id: String,
+    /// The trigger's name, shown to the model in the trigger context (default `direct`).
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "nightly-report")]
+    pub name: Option<String>,
+    /// A configured model (`[models.NAME]`) to answer with instead of the default.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "fast")]
+    pub model: Option<String>,
+    /// A JSON Schema (an object) the final answer must follow.
+    #[schema(value_type = Option<Object>, example = json!({"type": "object", "properties": {"count": {"type": "integer"}}}))]
+    pub output_schema: Option<serde_json::Value>,
+    /// The IANA time zone the model is shown times in.
+    #[schema(value_type = Option<TimezoneSchema>, example = "Asia/Tokyo")]
+    pub timezone: Option<String>,
+    /// The client's own id for this request, unique per `chatbot_id`: a retried post with the
+    /// same id is stored once and answers `200` with the first message instead of `202`.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "hook-2026-05-27")]
+    pub client_request_id: Option<String>,
+}
+
+/// Longest time zone name accepted (the longest IANA name is 32 characters).
+pub const MAX_TIMEZONE_CHARS: usize = 64;
+
+impl Validate for PostActivationParams {
+    fn validate(&self) -> Result<(), AppError> {
+        check_text("task", &self.task, 1, usize::MAX)?;
+        if self.task.trim().is_empty() {
+            return Err(AppError::invalid_field("`task` must not be blank: say what the agent should do"));
+        }
+        check_text("chatbot_id", &self.chatbot_id, 1, MAX_NAME_CHARS)?;
+        check_text("channel_id", &self.channel_id, 1, MAX_NAME_CHARS)?;
+        for (field, value) in
+            [("name", &self.name), ("model", &self.model), ("client_request_id", &self.client_request_id)]
+        {
+            if let Some(value) = value {
+                check_text(field, value, 1, MAX_NAME_CHARS)?;
+            }
+        }
+        if let Some(schema) = &self.output_schema
+            && !schema.is_object()
+        {
+            return Err(AppError::invalid_field(format!(
+                "`output_schema` must be a JSON Schema object, for example {{\"type\": \"object\"}}; got {}",
+                json_kind(schema)
+            )));
+        }
+        if let Some(timezone) = &self.timezone {
+            check_text("timezone", timezone, 1, MAX_TIMEZONE_CHARS)?;
+            if timezone.parse::<chrono_tz::Tz>().is_err() {
+                return Err(AppError::invalid_field(format!(
+                    "`timezone` must be an IANA time zone such as `Europe/Paris`, `Asia/Tokyo` or `UTC`; `{timezone}` is not one"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn json_kind(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// A direct trigger was accepted.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct PostActivationResponse {
+    /// The Direct Trigger Message: the root of the activation's turn.
+    #[schema(value_type = String)]
+    pub message_id: MessageId,
+    /// The session it went to.
+    #[schema(value_type = String)]
+    pub session_id: SessionId,
+    /// The message's status now (`pending_agent` when new; a repeated request sees how far the
+    /// first one got).
+    #[schema(value_type = StatusSchema)]
+    pub status: Status,
 }
 
 /// What a session is doing.
@@ -263,6 +363,12 @@ pub struct ActivationsQuery {
     pub session_id: Option<String>,
     /// `true`: only activations that did not succeed (failed, interrupted, cancelled, limit exceeded).
     pub failed: Option<bool>,
+    /// Only activations of this kind.
+    #[param(value_type = Option<ActivationKindSchema>)]
+    pub kind: Option<ActivationKind>,
+    /// Only activations of this lane.
+    #[param(value_type = Option<LaneSchema>)]
+    pub lane: Option<Lane>,
     /// Most rows returned, newest first (default 50).
     #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<u32>,

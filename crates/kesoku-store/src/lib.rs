@@ -30,8 +30,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_core::{
-    ActivationId, DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd, JobFilter, JobId,
-    LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Role, Session, SessionId, Status, Usage,
+    ActivationId, ActivationKind, DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd,
+    JobFilter, JobId, Lane, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Role, Session,
+    SessionId, Status, Usage,
 };
 
 mod clock;
@@ -85,6 +86,10 @@ pub struct LedgerFilter {
     pub session_id: Option<SessionId>,
     /// Only rows whose outcome is not `succeeded` (failed, interrupted, cancelled, limit exceeded).
     pub only_unsuccessful: bool,
+    /// Only activations of this kind.
+    pub kind: Option<ActivationKind>,
+    /// Only activations of this lane.
+    pub lane: Option<Lane>,
     pub limit: Option<u32>,
 }
 

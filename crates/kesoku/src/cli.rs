@@ -170,6 +170,13 @@ pub struct LedgerArgs {
     /// Only activations that did not succeed.
     #[arg(long)]
     pub failed: bool,
+    /// Only activations of this kind (message, workflow, direct_trigger, follow_up,
+    /// sub_agent_result, background_job_result, voice_transcript, maintenance).
+    #[arg(long, value_name = "KIND")]
+    pub kind: Option<kesoku_core::ActivationKind>,
+    /// Only activations of this lane (interactive, responsive, background).
+    #[arg(long, value_name = "LANE")]
+    pub lane: Option<kesoku_core::Lane>,
     /// Most rows to show.
     #[arg(long, default_value_t = 50)]
     pub limit: u32,

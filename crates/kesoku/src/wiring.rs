@@ -187,7 +187,8 @@ pub fn build_agent(
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
-        queue: Arc::new(MemoryQueue::default()),
+        // Lane caps sized for the worker pool: a quarter of it always free of automation.
+        queue: Arc::new(MemoryQueue::for_workers(profile.agent.max_concurrent_turns)),
         models,
         tools: Arc::new(profile.tools),
         workspace,

@@ -36,7 +36,7 @@ pub(crate) fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::session_state))
         .routes(routes!(sessions::export_session))
         .routes(routes!(events::events))
-        .routes(routes!(activations::list_activations))
+        .routes(routes!(activations::list_activations, activations::post_activation))
         .routes(routes!(activations::runtime))
         .routes(routes!(ops::metrics))
 }

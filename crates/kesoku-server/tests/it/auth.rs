@@ -38,7 +38,9 @@ async fn with_a_token_every_route_but_health_needs_it() {
         let wrong = send(&app, with_auth(uri, "Bearer not-it")).await;
         assert_error(&wrong, StatusCode::UNAUTHORIZED, "unauthorized");
     }
-    for uri in ["/v1/messages", "/v1/sessions/x/stop", "/v1/sessions/x/compact", "/v1/sessions/x/clear"] {
+    for uri in
+        ["/v1/messages", "/v1/activations", "/v1/sessions/x/stop", "/v1/sessions/x/compact", "/v1/sessions/x/clear"]
+    {
         let request = Request::builder().method("POST").uri(uri).body(Body::empty()).expect("a request");
         assert_error(&send(&app, request).await, StatusCode::UNAUTHORIZED, "unauthorized");
     }

@@ -7,6 +7,7 @@
 // Tests say what they expected in the panic message of `expect`.
 #![allow(clippy::expect_used)]
 
+mod activations;
 mod auth;
 mod conformance;
 mod console;

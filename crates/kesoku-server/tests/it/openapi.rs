@@ -93,6 +93,17 @@ async fn documented_records_match_what_the_server_sends() {
     check_against(&document, "WaitingView", &state.json["waiting"][0]);
     let runtime = send(&app, get("/v1/runtime")).await;
     check_against(&document, "LaneDepths", &runtime.json["queue"]);
+    let trigger = send(
+        &app,
+        crate::harness::post_json(
+            "/v1/activations",
+            &serde_json::json!({"task": "t", "chatbot_id": "api", "channel_id": "web", "timezone": "Europe/Paris"}),
+        ),
+    )
+    .await;
+    check_against(&document, "PostActivationResponse", &trigger.json);
+    let zones = document["components"]["schemas"]["Timezone"]["enum"].as_array().expect("the time zone names");
+    assert!(zones.contains(&Value::from("Europe/Paris")) && zones.contains(&Value::from("UTC")), "{zones:?}");
     let error = send(&app, get("/v1/sessions/nope")).await;
     check_against(&document, "ErrorBody", &error.json);
     check_against(&document, "ErrorDetail", &error.json["error"]);

@@ -63,9 +63,13 @@ async fn activations_are_listed_newest_first_and_filtered() {
     let b = SessionId::from("sess_b");
     let mut ids = Vec::new();
     let base = Utc::now() - chrono::Duration::minutes(10);
-    let rows = [(&a, Outcome::Succeeded), (&a, Outcome::Failed), (&b, Outcome::Interrupted)];
-    for (minute, (session, outcome)) in (0..).zip(rows) {
-        let act = activation(session, Lane::Responsive, base + chrono::Duration::minutes(minute));
+    let rows = [
+        (&a, Lane::Responsive, Outcome::Succeeded),
+        (&a, Lane::Responsive, Outcome::Failed),
+        (&b, Lane::Background, Outcome::Interrupted),
+    ];
+    for (minute, (session, lane, outcome)) in (0..).zip(rows) {
+        let act = activation(session, lane, base + chrono::Duration::minutes(minute));
         server.ledger.record_enqueued(&LedgerEntry::enqueued(&act)).await.expect("enqueued");
         server.ledger.record_started(&act.id, Utc::now()).await.expect("started");
         let usage = Usage { model_calls: 3, tool_calls: 2, input_tokens: 100, output_tokens: 20 };
@@ -82,7 +86,7 @@ async fn activations_are_listed_newest_first_and_filtered() {
     assert_eq!(got, [ids[2].as_str(), ids[1].as_str(), ids[0].as_str()], "newest first");
     assert_eq!(rows[1]["error"], "model unreachable");
     assert_eq!(rows[1]["usage"]["model_calls"], 3);
-    assert_eq!(rows[0]["lane"], "responsive");
+    assert_eq!(rows[0]["lane"], "background");
     assert_eq!(rows[0]["kind"], "maintenance");
 
     let failed = send(&app, get("/v1/activations?failed=true")).await;
@@ -99,7 +103,20 @@ async fn activations_are_listed_newest_first_and_filtered() {
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0]["id"], ids[1].as_str());
 
+    let listed = |reply: &crate::harness::Reply| -> Vec<String> {
+        let rows = reply.json["activations"].as_array().cloned().unwrap_or_default();
+        rows.iter().map(|r| r["id"].as_str().unwrap_or("").to_owned()).collect()
+    };
+    let background = send(&app, get("/v1/activations?lane=background")).await;
+    assert_eq!(listed(&background), [ids[2].as_str()]);
+    let responsive = send(&app, get("/v1/activations?kind=maintenance&lane=responsive")).await;
+    assert_eq!(listed(&responsive), [ids[1].as_str(), ids[0].as_str()]);
+    let messages = send(&app, get("/v1/activations?kind=message")).await;
+    assert_eq!((messages.status, listed(&messages).len()), (StatusCode::OK, 0));
+
     for bad in [
+        "/v1/activations?lane=fast",
+        "/v1/activations?kind=chat",
         "/v1/activations?failed=yes",
         "/v1/activations?limit=0",
         "/v1/activations?limit=-1",

@@ -101,6 +101,12 @@ impl Ledger for PgStore {
         if filter.only_unsuccessful {
             query.push(" AND outcome IS NOT NULL AND outcome <> 'succeeded'");
         }
+        if let Some(kind) = filter.kind {
+            query.and_eq("kind", Arg::Text(kind.as_str().to_owned()));
+        }
+        if let Some(lane) = filter.lane {
+            query.and_eq("lane", Arg::Text(lane.as_str().to_owned()));
+        }
         query.push(" ORDER BY enqueued_at DESC, id DESC").limit(filter.limit);
         let rows = bind(query).fetch_all(&self.pool).await?;
         decode_all(&rows, decode::ledger_entry)

@@ -92,6 +92,19 @@ async fn ledger_records_an_activation_from_enqueued_to_finished(b: &Backend) {
     assert_eq!(ids(b.ledger.list_activations(&s1).await.expect("list")), ["act_2", "act_1"]);
     let failures = LedgerFilter { only_unsuccessful: true, ..LedgerFilter::default() };
     assert_eq!(ids(b.ledger.list_activations(&failures).await.expect("list")), ["act_2"]);
+    let workflows = LedgerFilter { kind: Some(ActivationKind::Workflow), ..LedgerFilter::default() };
+    assert_eq!(ids(b.ledger.list_activations(&workflows).await.expect("list")), ["act_2"]);
+    let interactive = LedgerFilter { lane: Some(Lane::Interactive), ..LedgerFilter::default() };
+    assert_eq!(ids(b.ledger.list_activations(&interactive).await.expect("list")), ["act_3", "act_1"]);
+    let both = LedgerFilter {
+        kind: Some(ActivationKind::Message),
+        lane: Some(Lane::Interactive),
+        session_id: Some(SessionId::from("s2")),
+        ..LedgerFilter::default()
+    };
+    assert_eq!(ids(b.ledger.list_activations(&both).await.expect("list")), ["act_3"]);
+    let none = LedgerFilter { lane: Some(Lane::Background), ..LedgerFilter::default() };
+    assert!(b.ledger.list_activations(&none).await.expect("list").is_empty());
     let newest = LedgerFilter { limit: Some(1), ..LedgerFilter::default() };
     assert_eq!(ids(b.ledger.list_activations(&newest).await.expect("list")), ["act_3"]);
     assert_eq!(b.ledger.unfinished_activations().await.expect("unfinished"), [e3]);

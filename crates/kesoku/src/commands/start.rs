@@ -331,7 +331,8 @@ async fn start_http(
         workspace.clone(),
     )
     .with_metrics(metrics)
-    .with_memory(crate::memory::probe(std::sync::Arc::clone(&handle.store), gateway.clone()));
+    .with_memory(crate::memory::probe(std::sync::Arc::clone(&handle.store), gateway.clone()))
+    .with_models(config.models.keys().cloned());
     if let Some(token) = token {
         state = state.with_token(token);
     }

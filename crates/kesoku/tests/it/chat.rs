@@ -72,7 +72,15 @@ async fn a_tool_turn_runs_end_to_end_and_is_stored_as_the_spec_says() {
     assert!(body.contains("call_1") && body.contains("=== STDOUT ==="), "{body}");
 
     let ledger = workspace.run(&["ledger"], &[]).await;
-    assert!(stdout(&ledger).contains("succeeded"), "{}", stdout(&ledger));
+    let rows = stdout(&ledger);
+    assert!(rows.contains("interactive message               depth 0  succeeded"), "{rows}");
+    let filtered = workspace.run(&["ledger", "--kind", "message", "--lane", "interactive"], &[]).await;
+    assert_eq!(stdout(&filtered), rows, "the one activation is an interactive message");
+    let background = workspace.run(&["ledger", "--lane", "background"], &[]).await;
+    assert_eq!(stdout(&background).trim(), "no activations recorded");
+    let bad = workspace.run(&["ledger", "--kind", "chat"], &[]).await;
+    assert!(!bad.status.success());
+    assert!(stderr(&bad).contains("expected one of message, workflow"), "{}", stderr(&bad));
 }
 
 #[tokio::test]
