@@ -44,6 +44,8 @@ pub enum Command {
     Ledger(LedgerArgs),
     /// List background jobs (newest first), or cancel one.
     Jobs(JobsArgs),
+    /// List the follow-ups the agent scheduled (pending ones, soonest first), or cancel one.
+    Followups(FollowupsArgs),
     /// Configured models.
     #[command(subcommand)]
     Models(ModelsCommand),
@@ -207,6 +209,31 @@ pub enum JobsCommand {
     /// No wakeup alert follows.
     Cancel {
         /// The job's id (`job_…`).
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct FollowupsArgs {
+    #[command(subcommand)]
+    pub command: Option<FollowupsCommand>,
+    /// Fired and cancelled follow-ups too.
+    #[arg(long)]
+    pub all: bool,
+    /// Only this session's follow-ups.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FollowupsCommand {
+    /// Cancel a pending follow-up.
+    Cancel {
+        /// The follow-up's id (`fu_…`).
         id: String,
     },
 }

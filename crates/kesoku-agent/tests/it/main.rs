@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used)]
 
 mod compaction;
+mod followups;
 mod harness;
 mod interruption;
 mod jobs;

@@ -116,13 +116,17 @@ impl Backend {
             return Ok(Backend::Client { pid, shutdown, watch });
         }
         let models = wiring::build_models(config).await?;
-        let agent = wiring::build_agent(config, handle, gateway.clone(), models)?;
+        let followups = wiring::build_followups(config, gateway);
+        let agent = wiring::build_agent(config, handle, gateway.clone(), models, &followups)?;
         agent.recover().await.context("recovering unfinished work")?;
         let shutdown = CancellationToken::new();
         let runner = {
             let agent = agent.clone();
             let shutdown = shutdown.clone();
-            tokio::spawn(async move { agent.run(shutdown, EXIT_GRACE).await })
+            // Follow-ups fire while the chat runs (and, when it is closed, at the next start).
+            tokio::spawn(async move {
+                tokio::join!(agent.run(shutdown.clone(), EXIT_GRACE), followups.run(shutdown));
+            })
         };
         Ok(Backend::InProcess { agent, shutdown, runner })
     }

@@ -12,6 +12,8 @@
 //!   runs acts as its client, see `chat.rs`), heard through the store watch, and work left
 //!   `pending_agent` by an earlier run;
 //! - the HTTP API, when `[http]` is configured;
+//! - `[[cron]]` jobs and the follow-ups the agent scheduled, each posting its root message when
+//!   due;
 //! - the chat platforms under `[chatbots]` (each connects, ingests, and is delivered to by a
 //!   `kesoku_chatbots::Deliverer`, see [`start_chatbots`]).
 //!
@@ -120,7 +122,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
 
     let (handle, gateway) = wiring::open_gateway(config, kesoku_store::Footprint::Service).await?;
     let jobs = wiring::build_jobs(config, &gateway);
-    let agent = wiring::build_service_agent(config, &handle, gateway.clone(), models, &jobs)?;
+    let followups = wiring::build_followups(config, &gateway);
+    let agent = wiring::build_service_agent(config, &handle, gateway.clone(), models, &followups, &jobs)?;
     let report = agent.recover().await.context("recovering unfinished work")?;
     // Background jobs left running by the last run: still running ones are watched again, ended
     // or lost ones are reported now (their alerts wait as `pending_agent` for the agent).
@@ -147,6 +150,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let chatbots = start_chatbots(config, &handle, &gateway, &agent, &shutdown)?;
     // Cron jobs post their trigger messages on schedule.
     let cron = tokio::spawn(kesoku_chatbots::cron::run_cron(gateway.clone(), config.cron.clone(), shutdown.clone()));
+    // Follow-ups the agent scheduled fire as they come due (those due while it was down, now).
+    let followups = tokio::spawn(followups.run(shutdown.clone()));
     // HTTP when configured: the API, the console and the `api` chatbot's delivery.
     let http = match &config.http {
         Some(section) => Some(start_http(config, section, &handle, &gateway, &agent, &shutdown).await?),
@@ -206,6 +211,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     jobs.shutdown().await;
     let _ = watch.await;
     let _ = cron.await;
+    let _ = followups.await;
     for chatbot in chatbots {
         let _ = chatbot.await;
     }

@@ -4,6 +4,7 @@
 
 mod chat;
 mod discord;
+mod followups;
 mod jobs;
 mod local;
 mod repl;
