@@ -241,6 +241,13 @@ struct Profile {
 impl Profile {
     fn of(config: &Config, answering: &str, followups: &Followups, jobs: Option<&Jobs>) -> Profile {
         let mut agent = config.agent.clone();
+        // A chatbot's own time zone counts for its messages; Discord's default (UTC) does not
+        // override `[agent] timezone`.
+        for discord in &config.chatbots.discord {
+            if discord.timezone.trim() != "UTC" {
+                agent.chatbot_timezones.insert(discord.id.clone(), discord.timezone.trim().to_owned());
+            }
+        }
         match config.models.get(answering) {
             Some(ModelEntry::Local(local)) if !local.tools => {
                 if agent.system_prompt.is_none() {
