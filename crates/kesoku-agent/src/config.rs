@@ -162,6 +162,11 @@ pub struct AgentConfig {
     pub locale: Option<String>,
     #[serde(default)]
     pub timezone: Option<String>,
+    /// Time zones of chatbots that configure their own (`[[chatbots.discord]] timezone`), by
+    /// chatbot id: the activation context of their messages shows times there. Set by the
+    /// binary from the chatbots' sections, not a key of `[agent]`.
+    #[serde(skip)]
+    pub chatbot_timezones: BTreeMap<String, String>,
     /// Give each new session a short title, written by the summarizing model after its first
     /// turn, on the background lane (one model call per session).
     #[serde(default)]
@@ -201,6 +206,7 @@ impl Default for AgentConfig {
             locale: None,
             timezone: None,
             titles: false,
+            chatbot_timezones: BTreeMap::new(),
         }
     }
 }
@@ -208,6 +214,12 @@ impl Default for AgentConfig {
 impl AgentConfig {
     pub fn queue_mode_for(&self, chatbot_id: &str, channel_id: &str) -> QueueMode {
         self.channel_queue_modes.get(&format!("{chatbot_id}:{channel_id}")).copied().unwrap_or(self.queue_mode)
+    }
+
+    /// The time zone of work arriving through `chatbot_id`: the chatbot's own, else
+    /// `[agent] timezone`.
+    pub fn timezone_for(&self, chatbot_id: &str) -> Option<&str> {
+        self.chatbot_timezones.get(chatbot_id).or(self.timezone.as_ref()).map(String::as_str)
     }
 
     pub fn orphan_after(&self) -> Duration {

@@ -7,6 +7,10 @@
 //! runs, every step posted as a message. How the turn ended decides the root's final status and
 //! the ledger outcome.
 //!
+//! [`Followups`] is work the agent schedules for itself: its tools store follow-ups, its
+//! scheduler posts each one's reminder when it comes due, which the intake turns into a
+//! `follow_up` activation like any other root message.
+//!
 //! This crate talks to traits (`Store`, `Ledger`, `Queue`, `Model`, `Tool`) through the gateway
 //! and never to SQL, HTTP or platforms directly.
 
@@ -15,6 +19,8 @@ pub mod config;
 pub mod context;
 pub mod entries;
 mod error;
+pub mod followups;
+pub mod jobs;
 mod liveness;
 pub mod runtime;
 pub mod structured;
@@ -23,5 +29,7 @@ pub mod turn;
 pub use config::{AgentConfig, LaneLimits, Limits, QueueMode};
 pub use context::{ActivationContext, LimitKind};
 pub use error::AgentError;
+pub use followups::Followups;
+pub use jobs::{Jobs, JobsConfig, JobsError, JobsRecovery};
 pub use runtime::{Agent, AgentDeps, ModelSet, RecoveryReport, RunningTurn};
 pub use turn::{StopSignal, TurnEnd};

@@ -1,8 +1,12 @@
-//! The cron chatbot: scheduled prompts posted as the spec's Cronjob Trigger Messages.
+//! The cron chatbot: scheduled prompts posted as the spec's Cronjob Trigger Messages, each run
+//! as a workflow activation.
 //!
 //! Each `[[cron]]` job posts, on its schedule, a user message with sender `Cronjob` and
-//! `metadata.is_cronjob` into the active session of its (chatbot, channel); the agent answers it
-//! on the responsive lane like any other message. What the seed system got wrong, done right:
+//! `metadata.is_cronjob` into the active session of its (chatbot, channel). The message also
+//! carries `metadata.activation`, a workflow [`ActivationRequest`] whose trigger context (job
+//! name, `cron`, the pattern, the scheduled time) the model is shown, with the job's time zone,
+//! output schema and `triggered_by = cron:<job>`; and `metadata.model` when the job names a
+//! model. The agent runs it on the responsive lane. What the seed system got wrong, done right:
 //! day-of-month and day-of-week combine with OR as in Vixie cron (unless the pattern asks for
 //! AND with `+`); a job's state is keyed by its name, read back from the store (the newest
 //! trigger message it posted), never by its position in the file; a run missed while the
@@ -11,17 +15,21 @@
 //! Triggers enter through [`crate::ingest`] like every other message, keyed by the job and
 //! the scheduled time (`cron:{job}:{RFC 3339}`): the same slot fired twice (a catch-up racing
 //! the timer, two processes, a restart within the slot) is stored once.
+//!
+//! Time comes from the store's [`kesoku_store::Clock`] (`gateway.store().clock()`), never from
+//! `Utc::now()` directly: a test that runs the store on [`kesoku_store::Clock::following_tokio`]
+//! with tokio's time paused runs the schedule through days and DST changes instantly.
 
 use std::path::PathBuf;
 use std::str::FromStr;
-use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds};
+use kesoku_core::activation::TriggerContext;
 use kesoku_core::message::SENDER_CRONJOB;
-use kesoku_core::{Message, MessageFilter, Metadata, Role};
+use kesoku_core::{ActivationKind, ActivationRequest, Message, MessageFilter, Metadata, Role};
 use kesoku_gateway::Gateway;
 use serde::Deserialize;
 use serde_json::Value;
@@ -53,6 +61,13 @@ pub struct CronJobConfig {
     /// Make up one run missed while the service was down.
     #[serde(default = "default_catch_up")]
     pub catch_up: bool,
+    /// The `[models.NAME]` that answers this job's runs (default: the agent's model). The
+    /// binary checks at config load that it exists.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// A JSON Schema object (written as a TOML table) the run's final answer must follow.
+    #[serde(default)]
+    pub output_schema: Option<Value>,
 }
 
 fn default_chatbot() -> String {
@@ -71,6 +86,23 @@ pub enum CronError {
     Timezone { job: String, timezone: String },
     #[error("cron job names must be unique and non-empty: `{0}`")]
     Name(String),
+    #[error(
+        "cron job `{job}`: output_schema must be a table holding a JSON Schema object, for example \
+         `output_schema = {{ type = \"object\", properties = {{ ok = {{ type = \"boolean\" }} }} }}`; got {got}"
+    )]
+    OutputSchema { job: String, got: &'static str },
+}
+
+/// What kind of JSON value a misplaced schema is, for the error.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 /// A parsed job.
@@ -97,6 +129,11 @@ impl CronJob {
                 .map_err(|_| CronError::Timezone { job: config.name.clone(), timezone: name.clone() })?,
             None => Tz::UTC,
         };
+        if let Some(schema) = &config.output_schema
+            && !schema.is_object()
+        {
+            return Err(CronError::OutputSchema { job: config.name.clone(), got: json_kind(schema) });
+        }
         Ok(CronJob { config, cron, timezone })
     }
 
@@ -128,7 +165,7 @@ impl CronJob {
     pub fn trigger(&self, session_id: &kesoku_core::SessionId, scheduled: DateTime<Utc>, catch_up: bool) -> Message {
         let mut message =
             Message::cronjob_trigger(session_id, &self.config.chatbot, &self.config.channel, self.content(scheduled));
-        message.metadata = self.metadata(catch_up);
+        message.metadata = self.metadata(scheduled, catch_up);
         message
     }
 
@@ -138,7 +175,7 @@ impl CronJob {
         let mut inbound =
             Inbound::text(&self.config.chatbot, &self.config.channel, SENDER_CRONJOB, self.content(scheduled));
         inbound.platform_key = Some(self.slot_key(scheduled));
-        inbound.metadata = self.metadata(catch_up);
+        inbound.metadata = self.metadata(scheduled, catch_up);
         inbound
     }
 
@@ -152,9 +189,32 @@ impl CronJob {
         format!("`Cronjob` at `{} {}`:\n{}", local.format("%Y-%m-%d %H:%M:%S"), self.timezone, self.config.prompt)
     }
 
-    fn metadata(&self, catch_up: bool) -> Metadata {
-        let mut metadata =
-            Metadata { is_cronjob: Some(true), cron_job: Some(self.config.name.clone()), ..Metadata::default() };
+    /// The workflow activation a run scheduled at `scheduled` asks for. The task is the bare
+    /// prompt: the message's content has the `Cronjob at …` header in front of it.
+    pub fn activation(&self, scheduled: DateTime<Utc>) -> ActivationRequest {
+        ActivationRequest {
+            task: Some(self.config.prompt.clone()),
+            trigger: Some(TriggerContext {
+                name: self.config.name.clone(),
+                source: "cron".to_owned(),
+                schedule: Some(self.config.schedule.clone()),
+                fired_at: scheduled,
+            }),
+            output_schema: self.config.output_schema.clone(),
+            timezone: Some(self.timezone.name().to_owned()),
+            triggered_by: Some(format!("cron:{}", self.config.name)),
+            ..ActivationRequest::new(ActivationKind::Workflow)
+        }
+    }
+
+    fn metadata(&self, scheduled: DateTime<Utc>, catch_up: bool) -> Metadata {
+        let mut metadata = Metadata {
+            is_cronjob: Some(true),
+            cron_job: Some(self.config.name.clone()),
+            model: self.config.model.clone(),
+            activation: Some(self.activation(scheduled)),
+            ..Metadata::default()
+        };
         if catch_up {
             metadata.extra.insert(CATCH_UP_KEY.to_owned(), Value::Bool(true));
         }
@@ -203,12 +263,13 @@ async fn fire_logged(gateway: &Gateway, job: &CronJob, scheduled: DateTime<Utc>,
 }
 
 /// Run every job until `shutdown`. Each job keeps its own next time; a made-up run for a missed
-/// schedule is posted once at start.
+/// schedule is posted once at start. Times are read from the store's clock.
 pub async fn run_cron(gateway: Gateway, jobs: Vec<CronJob>, shutdown: CancellationToken) {
     if jobs.is_empty() {
         return;
     }
-    let now = Utc::now();
+    let clock = gateway.store().clock();
+    let now = clock.now();
     let mut next: Vec<Option<DateTime<Utc>>> = Vec::with_capacity(jobs.len());
     for job in &jobs {
         let last = match last_fired(&gateway, job).await {
@@ -232,10 +293,9 @@ pub async fn run_cron(gateway: Gateway, jobs: Vec<CronJob>, shutdown: Cancellati
         else {
             return;
         };
-        let wait = (when - Utc::now()).to_std().unwrap_or(Duration::ZERO);
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(wait) => {}
+            () = clock.sleep_until(when) => {}
         }
         fire_logged(&gateway, &jobs[index], when, false).await;
         next[index] = jobs[index].next_after(when);

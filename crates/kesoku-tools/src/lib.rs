@@ -6,7 +6,9 @@
 //! - A tool call always ends in a [`ToolOutput`]: bad arguments, refusals, timeouts and even a
 //!   panicking tool become error outputs that go back to the model, never a crashed turn.
 //! - Processes a tool starts never outlive the call (killed by process group on exit, timeout,
-//!   cancellation or drop), and never inherit the agent's environment beyond an allow-list.
+//!   cancellation or drop), and never inherit the agent's environment beyond an allow-list. The
+//!   one exception is explicit: a background job (`run_shell_command` with `background`, or
+//!   `on_timeout: "background"`), handed to a [`Background`] keeper outside this crate.
 //! - File tools only reach the workspace and the session's staging folder.
 //!
 //! This crate knows nothing of messages, the store or providers: the agent turns a model's tool
@@ -28,7 +30,7 @@ pub use config::{CommandPattern, FilesConfig, PolicyMode, ShellConfig, ToolsConf
 pub use files::{EDIT_FILE, EditFileTool, READ_FILE, ReadFileTool, WRITE_FILE, WriteFileTool};
 pub use limiter::{ProcessLimiter, ProcessSlot};
 pub use registry::{Registry, RegistryError};
-pub use shell::{RUN_SHELL_COMMAND, ShellTool};
+pub use shell::{Background, DetachedCommand, JobFiles, MovedCommand, RUN_SHELL_COMMAND, ShellTool};
 pub use tool::{Tool, ToolContext, ToolOrigin, ToolOutput, ToolSpec};
 
 /// The built-in tools configured by `config`, minus `config.disabled`, sharing one new
@@ -42,8 +44,26 @@ pub fn builtin_registry(config: &ToolsConfig) -> Registry {
 
 /// [`builtin_registry`] with a limiter the caller also gives to other process-starting tools.
 pub fn builtin_registry_with_limiter(config: &ToolsConfig, limiter: ProcessLimiter) -> Registry {
+    builtin_registry_with(config, limiter, None)
+}
+
+/// [`builtin_registry`] whose `run_shell_command` offers background jobs kept by `background`.
+pub fn builtin_registry_with_background(config: &ToolsConfig, background: Arc<dyn Background>) -> Registry {
+    builtin_registry_with(config, ProcessLimiter::new(config.max_concurrent_processes), Some(background))
+}
+
+fn builtin_registry_with(
+    config: &ToolsConfig,
+    limiter: ProcessLimiter,
+    background: Option<Arc<dyn Background>>,
+) -> Registry {
+    let shell = ShellTool::new(&config.shell, limiter);
+    let shell = match background {
+        Some(background) => shell.with_background(background),
+        None => shell,
+    };
     let tools: [Arc<dyn Tool>; 4] = [
-        Arc::new(ShellTool::new(&config.shell, limiter)),
+        Arc::new(shell),
         Arc::new(ReadFileTool::new(&config.files)),
         Arc::new(WriteFileTool::new(&config.files)),
         Arc::new(EditFileTool::new(&config.files)),

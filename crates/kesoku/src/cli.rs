@@ -42,6 +42,10 @@ pub enum Command {
     History(HistoryCommand),
     /// List the execution ledger (one row per activation).
     Ledger(LedgerArgs),
+    /// List background jobs (newest first), or cancel one.
+    Jobs(JobsArgs),
+    /// List the follow-ups the agent scheduled (pending ones, soonest first), or cancel one.
+    Followups(FollowupsArgs),
     /// Configured models.
     #[command(subcommand)]
     Models(ModelsCommand),
@@ -181,6 +185,57 @@ pub struct LedgerArgs {
     /// Print JSON lines.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct JobsArgs {
+    #[command(subcommand)]
+    pub command: Option<JobsCommand>,
+    /// Only this session's jobs.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Most jobs to show.
+    #[arg(long, default_value_t = 50)]
+    pub limit: u32,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Stop a running job: SIGTERM to its processes, SIGKILL after `[tools.shell] kill_grace_s`.
+    /// No wakeup alert follows.
+    Cancel {
+        /// The job's id (`job_…`).
+        id: String,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct FollowupsArgs {
+    #[command(subcommand)]
+    pub command: Option<FollowupsCommand>,
+    /// Fired and cancelled follow-ups too.
+    #[arg(long)]
+    pub all: bool,
+    /// Only this session's follow-ups.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// Print JSON lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum FollowupsCommand {
+    /// Cancel a pending follow-up.
+    Cancel {
+        /// The follow-up's id (`fu_…`).
+        id: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -206,6 +206,19 @@ impl Config {
         }
         let cron = kesoku_chatbots::cron::CronJob::parse_all(&file.cron)
             .map_err(|error| anyhow::anyhow!("{}: [[cron]]: {error}", path.display()))?;
+        for job in &cron {
+            if let Some(model) = &job.config.model
+                && !models.contains_key(model)
+            {
+                let known: Vec<&str> = models.keys().map(String::as_str).collect();
+                bail!(
+                    "{}: [[cron]] job `{}`: model = \"{model}\" names no [models.{model}] entry; defined: {}",
+                    path.display(),
+                    job.config.name,
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                );
+            }
+        }
         if let Err(error) = file.tools.validate() {
             bail!("{}: [tools]: {error}", path.display());
         }

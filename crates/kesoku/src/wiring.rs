@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use kesoku_agent::{Agent, AgentDeps, ModelSet};
+use kesoku_agent::{Agent, AgentDeps, Followups, Jobs, JobsConfig, ModelSet};
 use kesoku_broker::MemoryBroker;
 use kesoku_broker::MemoryQueue;
 use kesoku_gateway::Gateway;
@@ -143,8 +143,64 @@ fn is_missing_key(config: &Config, name: &str) -> bool {
     }
 }
 
-/// The agent runtime over `handle` and `gateway`.
-pub fn build_agent(config: &Config, handle: &StoreHandle, gateway: Gateway, models: ModelSet) -> anyhow::Result<Agent> {
+/// The follow-ups of this process over `gateway`: their tools (given to the agent by
+/// [`build_agent`]) and their scheduler (`Followups::run`, spawned by whoever runs the agent).
+/// Reminders show times in `[agent] timezone`, else UTC.
+pub fn build_followups(config: &Config, gateway: &Gateway) -> Followups {
+    Followups::new(gateway.clone(), local_zone(config))
+}
+
+/// `[agent] timezone`, else UTC: the zone times are shown in outside a turn.
+pub fn local_zone(config: &Config) -> kesoku_agent::followups::Tz {
+    match config.agent.timezone.as_deref() {
+        Some(name) => kesoku_agent::followups::parse_zone(name).unwrap_or_else(|| {
+            tracing::warn!(timezone = name, "[agent] timezone is not an IANA time zone; showing UTC");
+            kesoku_agent::followups::Tz::UTC
+        }),
+        None => kesoku_agent::followups::Tz::UTC,
+    }
+}
+
+/// The agent runtime over `handle` and `gateway`, offering `followups`' tools with the built-in
+/// ones, without background jobs (`kesoku chat` running the agent itself: the process ends with
+/// the conversation, so nothing would watch a job).
+pub fn build_agent(
+    config: &Config,
+    handle: &StoreHandle,
+    gateway: Gateway,
+    models: ModelSet,
+    followups: &Followups,
+) -> anyhow::Result<Agent> {
+    build_agent_with(config, handle, gateway, models, followups, None)
+}
+
+/// The service's job keeper: one per service, on its gateway and workspace.
+pub fn build_jobs(config: &Config, gateway: &Gateway) -> Jobs {
+    let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
+    Jobs::new(gateway.clone(), workspace, JobsConfig::from_shell(&config.tools.shell))
+}
+
+/// The service's agent: [`build_agent`] whose `run_shell_command` offers background jobs kept by
+/// `jobs`, with the job tools beside the built-in ones.
+pub fn build_service_agent(
+    config: &Config,
+    handle: &StoreHandle,
+    gateway: Gateway,
+    models: ModelSet,
+    followups: &Followups,
+    jobs: &Jobs,
+) -> anyhow::Result<Agent> {
+    build_agent_with(config, handle, gateway, models, followups, Some(jobs))
+}
+
+fn build_agent_with(
+    config: &Config,
+    handle: &StoreHandle,
+    gateway: Gateway,
+    models: ModelSet,
+    followups: &Followups,
+    jobs: Option<&Jobs>,
+) -> anyhow::Result<Agent> {
     let intro = match &config.agent.system_prompt_file {
         Some(file) => {
             let path = config.resolve_path(file);
@@ -158,7 +214,7 @@ pub fn build_agent(config: &Config, handle: &StoreHandle, gateway: Gateway, mode
         .with_context(|| format!("creating the workspace {}", config.workspace_dir.display()))?;
     let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
     let answering = models.default_model();
-    let profile = Profile::of(config, answering.name());
+    let profile = Profile::of(config, answering.name(), followups, jobs);
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
@@ -183,8 +239,15 @@ struct Profile {
 }
 
 impl Profile {
-    fn of(config: &Config, answering: &str) -> Profile {
+    fn of(config: &Config, answering: &str, followups: &Followups, jobs: Option<&Jobs>) -> Profile {
         let mut agent = config.agent.clone();
+        // A chatbot's own time zone counts for its messages; Discord's default (UTC) does not
+        // override `[agent] timezone`.
+        for discord in &config.chatbots.discord {
+            if discord.timezone.trim() != "UTC" {
+                agent.chatbot_timezones.insert(discord.id.clone(), discord.timezone.trim().to_owned());
+            }
+        }
         match config.models.get(answering) {
             Some(ModelEntry::Local(local)) if !local.tools => {
                 if agent.system_prompt.is_none() {
@@ -193,10 +256,36 @@ impl Profile {
                 Profile { tools: kesoku_tools::Registry::new(), agent }
             }
             Some(ModelEntry::Local(_) | ModelEntry::Remote(_)) | None => {
-                Profile { tools: kesoku_tools::builtin_registry(&config.tools), agent }
+                Profile { tools: tools(config, followups, jobs), agent }
             }
         }
     }
+}
+
+/// The configured built-in tools; with `jobs` (and `run_shell_command` not disabled), background
+/// jobs and the job tools too.
+fn tools(config: &Config, followups: &Followups, jobs: Option<&Jobs>) -> kesoku_tools::Registry {
+    let shell_disabled = config.tools.disabled.iter().any(|name| name == kesoku_tools::RUN_SHELL_COMMAND);
+    let mut registry = match jobs.filter(|_| !shell_disabled) {
+        Some(jobs) => {
+            let mut registry = kesoku_tools::builtin_registry_with_background(&config.tools, Arc::new(jobs.clone()));
+            for tool in kesoku_agent::jobs::job_tools(jobs) {
+                // Their names are fixed and none is a built-in's, so this cannot fail; if it ever
+                // did, the tool would be missing and the log would say why.
+                if let Err(error) = registry.register_shared(tool) {
+                    tracing::error!(%error, "a job tool could not be registered");
+                }
+            }
+            registry
+        }
+        None => kesoku_tools::builtin_registry(&config.tools),
+    };
+    // Their names are distinct from the built-ins' (tested); a failure would leave them out and
+    // say why.
+    if let Err(error) = followups.register(&mut registry) {
+        tracing::error!(%error, "the follow-up tools could not be registered");
+    }
+    registry
 }
 
 /// How often [`spawn_store_watch`] looks for changes made by other processes.
@@ -279,7 +368,8 @@ mod tests {
         let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
         let model = ScriptedModel::new("local", vec![ScriptStep::text("40")]);
         let models = ModelSet::single(Arc::new(model.clone()));
-        let agent = build_agent(&config, &handle, gateway.clone(), models).expect("agent");
+        let followups = build_followups(&config, &gateway);
+        let agent = build_agent(&config, &handle, gateway.clone(), models, &followups).expect("agent");
         let shutdown = tokio_util::sync::CancellationToken::new();
         let runner = tokio::spawn({
             let (agent, shutdown) = (agent.clone(), shutdown.clone());
@@ -325,7 +415,18 @@ mod tests {
         // `tools = true`: the full agent, tools and built-in prompt.
         let request = first_request("", &format!("{local}tools = true\n")).await;
         let names: Vec<&str> = request.tools.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(
+            names,
+            [
+                "cancel_followup",
+                "edit_file",
+                "list_followups",
+                "read_file",
+                "run_shell_command",
+                "schedule_followup",
+                "write_file"
+            ]
+        );
         assert!(
             request.system.as_deref().is_some_and(|s| s.starts_with("# System Instructions")),
             "{:?}",

@@ -155,7 +155,10 @@ impl Agent {
             lane,
             expected_response: ExpectedResponse::default(),
             locale: config.locale.clone(),
-            timezone: request.as_ref().and_then(|r| r.timezone.clone()).or_else(|| config.timezone.clone()),
+            timezone: request
+                .as_ref()
+                .and_then(|r| r.timezone.clone())
+                .or_else(|| config.timezone_for(&message.chatbot_id).map(str::to_owned)),
             model: message.metadata.model.clone(),
             output_schema: request.and_then(|r| r.output_schema),
             created_at: Utc::now(),

@@ -307,3 +307,19 @@ async fn sessions_get_a_title_in_the_background_when_titles_are_on() {
     assert_eq!(titler.requests().len(), 1);
     assert!(request_text(&titler.requests()[0]).contains("What is the weather in Tokyo?"));
 }
+
+#[tokio::test]
+async fn a_person_sees_times_in_the_chatbot_zone_else_the_agent_zone() {
+    let mut config = AgentConfig { timezone: Some("Europe/Paris".to_owned()), ..AgentConfig::default() };
+    config.chatbot_timezones.insert(BOT.to_owned(), "Asia/Tokyo".to_owned());
+    let options = Options { config, ..Options::default() };
+    let h = Harness::start_with(vec![ScriptStep::text("konnichiwa")], options).await;
+    let user = h.post_user("what time is it?").await;
+    assert_eq!(h.wait_terminal(&user.id).await, Status::Processed);
+    let sent = request_text(&h.model.requests()[0]);
+    assert!(sent.contains("Asia/Tokyo (UTC+09:00)") && !sent.contains("Europe/Paris"), "{sent}");
+    let mut other = AgentConfig { timezone: Some("Europe/Paris".to_owned()), ..AgentConfig::default() };
+    other.chatbot_timezones.insert("another_bot".to_owned(), "Asia/Tokyo".to_owned());
+    assert_eq!(other.timezone_for(BOT), Some("Europe/Paris"));
+    assert_eq!(other.timezone_for("another_bot"), Some("Asia/Tokyo"));
+}

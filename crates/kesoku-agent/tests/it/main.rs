@@ -5,8 +5,10 @@
 #![allow(clippy::expect_used)]
 
 mod compaction;
+mod followups;
 mod harness;
 mod interruption;
+mod jobs;
 mod kinds;
 mod recovery;
 mod turns;

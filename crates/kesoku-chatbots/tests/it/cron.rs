@@ -1,11 +1,19 @@
-//! Cron jobs post Cronjob Trigger Messages on schedule, keyed by name, catching up once.
+//! Cron jobs post Cronjob Trigger Messages on schedule, keyed by name, catching up once; each
+//! asks for a workflow activation. Schedules across DST changes run on paused time.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{TimeZone, Utc};
+use chrono::{DateTime, TimeZone, Utc};
+use futures::StreamExt;
+use kesoku_broker::MemoryBroker;
 use kesoku_chatbots::Ingested;
 use kesoku_chatbots::cron::{CATCH_UP_KEY, CronJob, CronJobConfig, fire, run_cron};
-use kesoku_core::{Message, MessageFilter, Role, Status};
+use kesoku_core::activation::TriggerContext;
+use kesoku_core::{ActivationKind, ActivationRequest, Message, MessageFilter, Role, Status};
+use kesoku_gateway::{Gateway, ListenFrom};
+use kesoku_store::{Clock, SqliteStore, StoreHandle};
+use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::fixture;
@@ -19,6 +27,8 @@ fn job(name: &str, schedule: &str) -> CronJobConfig {
         channel: "cli".into(),
         timezone: None,
         catch_up: true,
+        model: None,
+        output_schema: None,
     }
 }
 
@@ -130,4 +140,116 @@ fn bad_jobs_are_clear_errors() {
     assert!(error.contains("Mars/Olympus"), "{error}");
     let error = CronJob::parse_all(&[job("twice", "@daily"), job("twice", "@hourly")]).expect_err("dup").to_string();
     assert!(error.contains("twice"), "{error}");
+}
+
+fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(y, mo, d, h, mi, 0).single().expect("a valid UTC time")
+}
+
+/// Run `config` on paused time from `start` until it has posted `runs` triggers, and return
+/// them. The test waits on the store's broadcasts, never on a timer of its own, so tokio's
+/// clock moves only to the schedule's own wake-ups and every message is stamped at the moment
+/// the schedule fired.
+async fn paused_runs(config: CronJobConfig, start: DateTime<Utc>, runs: usize) -> Vec<Message> {
+    let (_dir, path) = kesoku_test_support::db::temp_sqlite_path();
+    let store = SqliteStore::open(&path).await.expect("open a sqlite store").with_clock(Clock::following_tokio(start));
+    let handle = StoreHandle::new(store);
+    let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
+    let rev = gateway.store().current_rev().await.expect("current revision");
+    let mut posted =
+        Box::pin(gateway.listen(MessageFilter::default().with_roles(&[Role::User]), ListenFrom::AfterRev(rev)));
+    let shutdown = CancellationToken::new();
+    let job = CronJob::parse(config).expect("parse");
+    let task = tokio::spawn(run_cron(gateway.clone(), vec![job], shutdown.clone()));
+    let mut messages = Vec::new();
+    while messages.len() < runs {
+        let event = posted.next().await.expect("the broker stays open").expect("a stored trigger");
+        messages.push(event.message);
+    }
+    shutdown.cancel();
+    task.await.expect("join");
+    messages
+}
+
+fn paris_daily() -> CronJobConfig {
+    CronJobConfig {
+        timezone: Some("Europe/Paris".into()),
+        model: Some("reports".into()),
+        output_schema: Some(json!({"type": "object", "properties": {"healthy": {"type": "boolean"}}})),
+        ..job("morning", "0 9 * * *")
+    }
+}
+
+/// What each trigger must be: posted at 09:00 Paris time (`expected` in UTC), saying so in
+/// its header, and asking for a workflow activation whose trigger context names that time.
+fn assert_runs_at(messages: &[Message], expected: &[(DateTime<Utc>, &str)]) {
+    let got: Vec<_> =
+        messages.iter().map(|m| (m.created_at, m.content.lines().next().unwrap_or("").to_owned())).collect();
+    let want: Vec<_> =
+        expected.iter().map(|(at, local)| (Some(*at), format!("`Cronjob` at `{local} Europe/Paris`:"))).collect();
+    assert_eq!(got, want);
+    for (message, (at, _)) in messages.iter().zip(expected) {
+        assert_eq!(
+            (message.role, message.sender.as_str(), message.status),
+            (Role::User, "Cronjob", Status::PendingAgent)
+        );
+        assert!(
+            message.content.ends_with("\nRun active diagnostics and output status summary."),
+            "{}",
+            message.content
+        );
+        assert_eq!((message.metadata.is_cronjob, message.metadata.cron_job.as_deref()), (Some(true), Some("morning")));
+        assert_eq!(message.metadata.model.as_deref(), Some("reports"));
+        let request = ActivationRequest {
+            task: Some("Run active diagnostics and output status summary.".into()),
+            trigger: Some(TriggerContext {
+                name: "morning".into(),
+                source: "cron".into(),
+                schedule: Some("0 9 * * *".into()),
+                fired_at: *at,
+            }),
+            output_schema: Some(json!({"type": "object", "properties": {"healthy": {"type": "boolean"}}})),
+            timezone: Some("Europe/Paris".into()),
+            triggered_by: Some("cron:morning".into()),
+            ..ActivationRequest::new(ActivationKind::Workflow)
+        };
+        assert_eq!(message.metadata.activation.as_ref(), Some(&request));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paris_morning_job_fires_at_nine_local_across_the_spring_dst_change() {
+    // Clocks go forward in Paris at 01:00 UTC on 2026-03-29: 09:00 is 08:00 UTC before, 07:00 after.
+    let messages = paused_runs(paris_daily(), utc(2026, 3, 27, 12, 0), 3).await;
+    assert_runs_at(
+        &messages,
+        &[
+            (utc(2026, 3, 28, 8, 0), "2026-03-28 09:00:00"),
+            (utc(2026, 3, 29, 7, 0), "2026-03-29 09:00:00"),
+            (utc(2026, 3, 30, 7, 0), "2026-03-30 09:00:00"),
+        ],
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paris_morning_job_fires_at_nine_local_across_the_autumn_dst_change() {
+    // Clocks go back in Paris at 01:00 UTC on 2026-10-25: 09:00 is 07:00 UTC before, 08:00 after.
+    let messages = paused_runs(paris_daily(), utc(2026, 10, 23, 12, 0), 3).await;
+    assert_runs_at(
+        &messages,
+        &[
+            (utc(2026, 10, 24, 7, 0), "2026-10-24 09:00:00"),
+            (utc(2026, 10, 25, 8, 0), "2026-10-25 09:00:00"),
+            (utc(2026, 10, 26, 8, 0), "2026-10-26 09:00:00"),
+        ],
+    );
+}
+
+#[test]
+fn an_output_schema_that_is_not_an_object_is_refused() {
+    let config = CronJobConfig { output_schema: Some(json!("boolean")), ..job("typed", "@daily") };
+    let error = CronJob::parse(config).expect_err("a string is no schema").to_string();
+    assert!(error.contains("`typed`") && error.contains("output_schema") && error.contains("got a string"), "{error}");
+    let config = CronJobConfig { output_schema: Some(json!({"type": "object"})), ..job("typed", "@daily") };
+    assert!(CronJob::parse(config).is_ok());
 }

@@ -93,12 +93,14 @@ impl StreamText {
     }
 }
 
-/// Read `reader` to its end (or until `stop` fires) into a [`CappedBuffer`].
+/// Read `reader` to its end (or until `stop` fires) into a [`CappedBuffer`]. The reader is
+/// handed back: stopped before its end, it still holds what was not read (a command moved to
+/// the background goes on writing into it).
 pub(crate) async fn capture<R: AsyncRead + Unpin>(
     mut reader: R,
     mut buffer: CappedBuffer,
     stop: CancellationToken,
-) -> CappedBuffer {
+) -> (R, CappedBuffer) {
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
         tokio::select! {
@@ -111,7 +113,7 @@ pub(crate) async fn capture<R: AsyncRead + Unpin>(
             },
         }
     }
-    buffer
+    (reader, buffer)
 }
 
 fn trim_partial_end(bytes: &[u8]) -> &[u8] {

@@ -219,3 +219,21 @@ impl ParsePattern for &str {
         kesoku_tools::CommandPattern::new(self).expect("test patterns are valid")
     }
 }
+
+#[tokio::test]
+async fn without_a_background_keeper_background_is_refused_and_not_offered() -> TestResult {
+    let fixture = Fixture::new()?;
+    let registry = builtin_registry(&ToolsConfig::default());
+    for arguments in [
+        json!({ "command": "touch ran", "background": true }),
+        json!({ "command": "touch ran", "on_timeout": "background" }),
+    ] {
+        let output = registry.call(RUN_SHELL_COMMAND, &fixture.ctx, arguments).await;
+        let error = output.error.unwrap_or_default();
+        assert!(error.starts_with("background jobs are not available here"), "{error}");
+    }
+    assert!(!fixture.path("ran").exists(), "a refused command is not run");
+    let spec = &registry.get(RUN_SHELL_COMMAND).ok_or("no shell tool")?.spec().parameters;
+    assert_eq!(spec["properties"].get("background"), None);
+    Ok(())
+}

@@ -13,7 +13,9 @@
 //! stop signal is in-process), only messages still waiting can. Otherwise the agent runs in
 //! this process for as long as the command does (it also takes other sessions' waiting work,
 //! as any agent would; what it has not finished when the command exits goes back to
-//! `pending_agent`).
+//! `pending_agent`). That in-process agent offers no background jobs (`run_shell_command`
+//! without `background`): nothing would watch a job once the command exits. As a client of a
+//! service, the service's agent offers them.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -114,13 +116,17 @@ impl Backend {
             return Ok(Backend::Client { pid, shutdown, watch });
         }
         let models = wiring::build_models(config).await?;
-        let agent = wiring::build_agent(config, handle, gateway.clone(), models)?;
+        let followups = wiring::build_followups(config, gateway);
+        let agent = wiring::build_agent(config, handle, gateway.clone(), models, &followups)?;
         agent.recover().await.context("recovering unfinished work")?;
         let shutdown = CancellationToken::new();
         let runner = {
             let agent = agent.clone();
             let shutdown = shutdown.clone();
-            tokio::spawn(async move { agent.run(shutdown, EXIT_GRACE).await })
+            // Follow-ups fire while the chat runs (and, when it is closed, at the next start).
+            tokio::spawn(async move {
+                tokio::join!(agent.run(shutdown.clone(), EXIT_GRACE), followups.run(shutdown));
+            })
         };
         Ok(Backend::InProcess { agent, shutdown, runner })
     }

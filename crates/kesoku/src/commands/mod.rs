@@ -1,8 +1,10 @@
 //! One module per subcommand.
 
 mod chat;
+mod followups;
 mod history;
 mod init;
+mod jobs;
 mod ledger;
 mod models;
 mod service;
@@ -24,6 +26,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Service(command) => service::run(&Config::load(&cli.config)?, command).await,
         Command::History(command) => history::run(&Config::load(&cli.config)?, command).await,
         Command::Ledger(args) => ledger::run(&Config::load(&cli.config)?, &args).await,
+        Command::Jobs(args) => jobs::run(&Config::load(&cli.config)?, &args).await,
+        Command::Followups(args) => followups::run(&Config::load(&cli.config)?, &args).await,
         // With --dir, pulling a model needs no config (a fresh machine, CI caches).
         Command::Models(ModelsCommand::Pull { source, dir: Some(dir) }) => {
             println!("{}", models::pull_into(&source, &dir).await?.path.display());

@@ -12,6 +12,8 @@
 //!   runs acts as its client, see `chat.rs`), heard through the store watch, and work left
 //!   `pending_agent` by an earlier run;
 //! - the HTTP API, when `[http]` is configured;
+//! - `[[cron]]` jobs and the follow-ups the agent scheduled, each posting its root message when
+//!   due;
 //! - the chat platforms under `[chatbots]` (each connects, ingests, and is delivered to by a
 //!   `kesoku_chatbots::Deliverer`, see [`start_chatbots`]).
 //!
@@ -19,6 +21,10 @@
 //! inputs are on. One service per workspace: a lock file (`<workspace>/service.lock`, holding
 //! the pid) refuses a second one and tells `kesoku chat` to act as a client. Two agents on one
 //! store would still be safe (claims are atomic), only wasteful.
+//!
+//! Background jobs (`run_shell_command` with `background`) are offered by the service only: it
+//! recovers them at start (adopting the running ones, reporting the ended and lost ones) and
+//! stops watching them, not the jobs, at shutdown.
 //!
 //! Not here: installing the service as a systemd unit (`service.rs`).
 
@@ -115,8 +121,15 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
 
     let (handle, gateway) = wiring::open_gateway(config, kesoku_store::Footprint::Service).await?;
-    let agent = wiring::build_agent(config, &handle, gateway.clone(), models)?;
+    let jobs = wiring::build_jobs(config, &gateway);
+    let followups = wiring::build_followups(config, &gateway);
+    let agent = wiring::build_service_agent(config, &handle, gateway.clone(), models, &followups, &jobs)?;
     let report = agent.recover().await.context("recovering unfinished work")?;
+    // Background jobs left running by the last run: still running ones are watched again, ended
+    // or lost ones are reported now (their alerts wait as `pending_agent` for the agent).
+    if let Err(error) = jobs.recover().await {
+        tracing::warn!(%error, "recovering background jobs failed; they are looked at again at the next start");
+    }
     let waiting = gateway.store().list_messages(&MessageFilter::status(Status::PendingAgent)).await?.len();
     tracing::info!(
         recovered_messages = report.recovered_messages.len(),
@@ -137,6 +150,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let chatbots = start_chatbots(config, &handle, &gateway, &agent, &shutdown)?;
     // Cron jobs post their trigger messages on schedule.
     let cron = tokio::spawn(kesoku_chatbots::cron::run_cron(gateway.clone(), config.cron.clone(), shutdown.clone()));
+    // Follow-ups the agent scheduled fire as they come due (those due while it was down, now).
+    let followups = tokio::spawn(followups.run(shutdown.clone()));
     // HTTP when configured: the API, the console and the `api` chatbot's delivery.
     let http = match &config.http {
         Some(section) => Some(start_http(config, section, &handle, &gateway, &agent, &shutdown).await?),
@@ -191,8 +206,12 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
             }
         }
     }
+    // Stop watching jobs, never the jobs themselves: they outlive the service by design, and
+    // the next start reports the ones that end meanwhile.
+    jobs.shutdown().await;
     let _ = watch.await;
     let _ = cron.await;
+    let _ = followups.await;
     for chatbot in chatbots {
         let _ = chatbot.await;
     }

@@ -143,6 +143,8 @@ fn cases() -> Vec<Case> {
                     channel: "ops".into(),
                     timezone: None,
                     catch_up: true,
+                    model: None,
+                    output_schema: None,
                 });
                 config.cron.push(job.expect("a valid job"));
             },
@@ -219,4 +221,34 @@ fn an_unknown_key_in_a_limits_table_is_still_an_error_naming_its_line() {
         .map(|error| format!("{error:#}"))
         .unwrap_or_default();
     assert!(error.contains("kesoku.toml:2:1: unknown field `tool_call`"), "{error}");
+}
+
+#[test]
+fn a_cron_job_naming_an_unknown_model_is_refused_at_load() {
+    let job =
+        "[[cron]]\nname = \"daily\"\nschedule = \"@daily\"\nprompt = \"report\"\nchannel = \"ops\"\nmodel = \"big\"\n";
+    let error = Config::parse(Path::new(PATH), job).err().map(|error| format!("{error:#}")).unwrap_or_default();
+    assert!(
+        error.contains("[[cron]] job `daily`: model = \"big\" names no [models.big] entry; defined: none"),
+        "{error}"
+    );
+    let config = parse(&format!("[models.big]\nprovider = \"openai\"\nmodel = \"m\"\n{job}"));
+    assert_eq!(config.cron[0].config.model.as_deref(), Some("big"));
+}
+
+#[test]
+fn a_cron_output_schema_is_a_table_read_as_a_json_schema_object() {
+    let job = "[[cron]]\nname = \"daily\"\nschedule = \"@daily\"\nprompt = \"report\"\nchannel = \"ops\"\n";
+    let config = parse(&format!(
+        "{job}[cron.output_schema]\ntype = \"object\"\nrequired = [\"ok\"]\nproperties = {{ ok = {{ type = \"boolean\" }} }}\n"
+    ));
+    assert_eq!(
+        config.cron[0].config.output_schema,
+        Some(serde_json::json!({"type": "object", "required": ["ok"], "properties": {"ok": {"type": "boolean"}}}))
+    );
+    let error = Config::parse(Path::new(PATH), &format!("{job}output_schema = \"boolean\"\n"))
+        .err()
+        .map(|error| format!("{error:#}"))
+        .unwrap_or_default();
+    assert!(error.contains("[[cron]]") && error.contains("output_schema must be a table"), "{error}");
 }

@@ -4,7 +4,10 @@
 
 mod chat;
 mod discord;
+mod followups;
+mod jobs;
 mod local;
 mod repl;
 mod service;
 mod support;
+mod triggers;
