@@ -1,14 +1,14 @@
 //! `kesoku start` (the real binary against a mock model) and `kesoku service install --dry-run`.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::Utc;
 use kesoku_core::{Message, MessageFilter, MessageId, MessageType, Outcome, Role, Session, Status};
 use kesoku_store::{LedgerFilter, StoreHandle};
 use kesoku_test_support::mock_llm::{MOCK_API_KEY, MockAnswer, MockReply, MockServer, Vendor};
 
-use crate::support::{Service, Workspace, mock_model, stderr, stdout};
+use crate::support::{Service, Workspace, eventually, mock_model, stderr, stdout};
 
 const KEY: (&str, &str) = ("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY);
 const WAIT: Duration = Duration::from_secs(20);
@@ -38,20 +38,8 @@ async fn status_of(store: &StoreHandle, id: &MessageId) -> Status {
 }
 
 /// Poll until `condition` holds (bounded).
-async fn eventually<F, Fut>(what: &str, condition: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + WAIT;
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 async fn wait_logged(service: &Service, message: &str) {
-    eventually(&format!("the log line {message:?}"), || async { service.logged(message).is_some() }).await;
+    service.wait_logged(message).await;
 }
 
 fn config_with_grace(base_url: &str) -> String {
@@ -222,12 +210,7 @@ async fn start_serves_the_http_api_and_a_posted_message_is_answered_and_delivere
     let workspace = Workspace::with_config(&config_with_http(&server.base_url(), "127.0.0.1:0"));
     init(&workspace).await;
     let service = Service::spawn(&workspace, "http.log", &[KEY]);
-    wait_logged(&service, "HTTP API and console listening").await;
-    let addr = service.logged("HTTP API and console listening").expect("logged")["fields"]["addr"]
-        .as_str()
-        .expect("the address")
-        .to_owned();
-    let base = format!("http://{addr}");
+    let base = service.api_base().await;
     let client = reqwest::Client::new();
     let posted: serde_json::Value = client
         .post(format!("{base}/v1/messages"))
@@ -266,12 +249,7 @@ async fn a_direct_trigger_names_a_configured_model_and_posts_once() {
     let workspace = Workspace::with_config(&config_with_http(&server.base_url(), "127.0.0.1:0"));
     init(&workspace).await;
     let service = Service::spawn(&workspace, "trigger.log", &[KEY]);
-    wait_logged(&service, "HTTP API and console listening").await;
-    let addr = service.logged("HTTP API and console listening").expect("logged")["fields"]["addr"]
-        .as_str()
-        .expect("the address")
-        .to_owned();
-    let base = format!("http://{addr}");
+    let base = service.api_base().await;
     let client = reqwest::Client::new();
     let post = |body: serde_json::Value| {
         let request = client.post(format!("{base}/v1/activations")).json(&body);

@@ -57,6 +57,19 @@ pub fn mock_model(base_url: &str) -> String {
 /// How long a service test waits for one thing.
 pub const SERVICE_WAIT: Duration = Duration::from_secs(20);
 
+/// Poll until `condition` holds, for at most [`SERVICE_WAIT`].
+pub async fn eventually<F, Fut>(what: &str, condition: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = std::time::Instant::now() + SERVICE_WAIT;
+    while !condition().await {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// `kesoku start` running in the background, its JSON log going to a file.
 pub struct Service {
     child: tokio::process::Child,
@@ -110,6 +123,20 @@ impl Service {
     }
 
     /// SIGTERM, then wait for the exit.
+    /// Wait until the service logs `message`.
+    pub async fn wait_logged(&self, message: &str) {
+        eventually(&format!("the log line {message:?}"), || async { self.logged(message).is_some() }).await;
+    }
+
+    /// The base URL (`http://ADDR`) of the HTTP API, once the service says it listens.
+    pub async fn api_base(&self) -> String {
+        const LISTENING: &str = "HTTP API and console listening";
+        self.wait_logged(LISTENING).await;
+        let logged = self.logged(LISTENING).unwrap_or_default();
+        let addr = logged["fields"]["addr"].as_str().expect("the listening line names its address");
+        format!("http://{addr}")
+    }
+
     pub async fn terminate(mut self) -> (std::process::ExitStatus, Service) {
         kill(self.pid(), Signal::SIGTERM).expect("send SIGTERM");
         let status = tokio::time::timeout(SERVICE_WAIT, self.child.wait())

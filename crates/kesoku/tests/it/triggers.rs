@@ -1,27 +1,13 @@
 //! Work no person typed, through the real `kesoku start`: a direct trigger over the HTTP API
 //! runs as a `direct_trigger` activation on the responsive lane and its answer is delivered.
 
-use std::time::{Duration, Instant};
-
 use kesoku_core::{ActivationKind, Lane, Outcome};
 use kesoku_store::LedgerFilter;
 use kesoku_test_support::mock_llm::{MOCK_API_KEY, MockReply, MockServer, Vendor};
 
-use crate::support::{Service, Workspace, mock_model, stderr};
+use crate::support::{Service, Workspace, eventually, mock_model, stderr};
 
 const KEY: (&str, &str) = ("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY);
-
-async fn eventually<F, Fut>(what: &str, condition: F)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !condition().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_direct_trigger_runs_and_its_answer_is_delivered() {
@@ -34,12 +20,7 @@ async fn a_direct_trigger_runs_and_its_answer_is_delivered() {
     let init = workspace.run(&["init"], &[]).await;
     assert!(init.status.success(), "init failed: {}", stderr(&init));
     let service = Service::spawn(&workspace, "trigger.log", &[KEY]);
-    eventually("the API", || async { service.logged("HTTP API and console listening").is_some() }).await;
-    let addr = service.logged("HTTP API and console listening").expect("logged")["fields"]["addr"]
-        .as_str()
-        .expect("the address")
-        .to_owned();
-    let base = format!("http://{addr}");
+    let base = service.api_base().await;
     let client = reqwest::Client::new();
     let body = serde_json::json!({
         "task": "Deploy 42 finished: report it as JSON.",
