@@ -7,17 +7,6 @@
 
 use serde_json::Value;
 
-/// Check that `schema` is a JSON Schema this version can validate with (for producers, so a bad
-/// schema is refused when the work is asked for, not when it runs).
-pub fn check_schema(schema: &Value) -> Result<(), String> {
-    if !schema.is_object() {
-        return Err("the output schema must be a JSON object (a JSON Schema)".to_owned());
-    }
-    jsonschema::validator_for(schema)
-        .map(|_| ())
-        .map_err(|error| format!("the output schema is not valid JSON Schema: {error}"))
-}
-
 /// Why `answer` does not follow `schema`, or `None` when it does. The answer may be the bare
 /// JSON or one fenced code block holding it.
 pub fn problem(schema: &Value, answer: &str) -> Option<String> {
@@ -81,12 +70,5 @@ mod tests {
         assert!(wrong.contains("/status"), "{wrong}");
         let prose = problem(&schema(), "All good!").unwrap_or_default();
         assert!(prose.starts_with("the answer is not JSON"), "{prose}");
-    }
-
-    #[test]
-    fn schemas_are_checked_when_work_is_asked_for() {
-        assert!(check_schema(&schema()).is_ok());
-        assert!(check_schema(&json!("string")).unwrap_err().contains("JSON object"));
-        assert!(check_schema(&json!({"type": 12})).unwrap_err().contains("not valid JSON Schema"));
     }
 }

@@ -87,22 +87,10 @@ pub enum CronError {
     #[error("cron job names must be unique and non-empty: `{0}`")]
     Name(String),
     #[error(
-        "cron job `{job}`: output_schema must be a table holding a JSON Schema object, for example \
-         `output_schema = {{ type = \"object\", properties = {{ ok = {{ type = \"boolean\" }} }} }}`; got {got}"
+        "cron job `{job}`: output_schema {reason} (write it as a table, for example \
+         `output_schema = {{ type = \"object\", properties = {{ ok = {{ type = \"boolean\" }} }} }}`)"
     )]
-    OutputSchema { job: String, got: &'static str },
-}
-
-/// What kind of JSON value a misplaced schema is, for the error.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
+    OutputSchema { job: String, reason: String },
 }
 
 /// A parsed job.
@@ -130,9 +118,9 @@ impl CronJob {
             None => Tz::UTC,
         };
         if let Some(schema) = &config.output_schema
-            && !schema.is_object()
+            && let Err(reason) = crate::ingest::check_output_schema(schema)
         {
-            return Err(CronError::OutputSchema { job: config.name.clone(), got: json_kind(schema) });
+            return Err(CronError::OutputSchema { job: config.name.clone(), reason });
         }
         Ok(CronJob { config, cron, timezone })
     }

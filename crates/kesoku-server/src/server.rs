@@ -60,6 +60,9 @@ pub struct ServerState {
     pub shutdown: CancellationToken,
     /// The configured model names (`[models.NAME]`): the models a direct trigger may name.
     pub models: Vec<String>,
+    /// The chatbots running in this service (`api`, `cli`, each `[[chatbots.…]]` id): those a
+    /// direct trigger may answer through. Empty: any id is taken.
+    pub chatbots: Vec<String>,
 }
 
 impl std::fmt::Debug for ServerState {
@@ -86,7 +89,14 @@ impl ServerState {
             memory: None,
             shutdown: CancellationToken::new(),
             models: Vec::new(),
+            chatbots: Vec::new(),
         }
+    }
+
+    /// The chatbots a direct trigger may answer through.
+    pub fn with_chatbots(mut self, ids: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        self.chatbots = ids.into_iter().map(Into::into).collect();
+        self
     }
 
     /// The configured model names a direct trigger may ask for.

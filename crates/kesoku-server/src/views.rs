@@ -192,12 +192,9 @@ impl Validate for PostActivationParams {
             }
         }
         if let Some(schema) = &self.output_schema
-            && !schema.is_object()
+            && let Err(reason) = kesoku_chatbots::ingest::check_output_schema(schema)
         {
-            return Err(AppError::invalid_field(format!(
-                "`output_schema` must be a JSON Schema object, for example {{\"type\": \"object\"}}; got {}",
-                json_kind(schema)
-            )));
+            return Err(AppError::invalid_field(format!("`output_schema` {reason}")));
         }
         if let Some(timezone) = &self.timezone {
             check_text("timezone", timezone, 1, MAX_TIMEZONE_CHARS)?;
@@ -208,17 +205,6 @@ impl Validate for PostActivationParams {
             }
         }
         Ok(())
-    }
-}
-
-fn json_kind(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
     }
 }
 

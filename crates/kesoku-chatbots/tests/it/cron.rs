@@ -253,3 +253,20 @@ fn an_output_schema_that_is_not_an_object_is_refused() {
     let config = CronJobConfig { output_schema: Some(json!({"type": "object"})), ..job("typed", "@daily") };
     assert!(CronJob::parse(config).is_ok());
 }
+
+#[test]
+fn an_output_schema_that_does_not_compile_is_refused_saying_why() {
+    let config = CronJobConfig {
+        name: "typed".into(),
+        schedule: "0 9 * * *".into(),
+        prompt: "report".into(),
+        chatbot: "api".into(),
+        channel: "ops".into(),
+        timezone: None,
+        catch_up: true,
+        model: None,
+        output_schema: Some(serde_json::json!({"type": 12})),
+    };
+    let error = CronJob::parse(config).map(|_| ()).expect_err("refused").to_string();
+    assert!(error.contains("`typed`") && error.contains("is not a valid JSON Schema"), "{error}");
+}

@@ -12,7 +12,7 @@ use crate::harness::{Reply, TestServer, assert_error, post_json, send};
 
 /// A server whose configuration names the models `main` and `fast`.
 fn app(server: &TestServer) -> axum::Router {
-    kesoku_server::app(server.state().with_models(["main", "fast"]))
+    kesoku_server::app(server.state().with_models(["main", "fast"]).with_chatbots(["api", "cli", "discord"]))
 }
 
 async fn stored(server: &TestServer, reply: &Reply) -> Message {
@@ -175,6 +175,12 @@ async fn bad_requests_are_refused_with_what_was_wrong_and_store_nothing() {
         (with("model", json!("huge")), "invalid_field", "no model `huge` is configured (configured: `main`, `fast`)"),
         (with("output_schema", json!("an object please")), "invalid_field", "JSON Schema object"),
         (with("output_schema", json!(["type", "object"])), "invalid_field", "got an array"),
+        (with("output_schema", json!({"type": 12})), "invalid_field", "`output_schema` is not a valid JSON Schema"),
+        (
+            with("chatbot_id", json!("telegram")),
+            "invalid_field",
+            "no chatbot `telegram` runs in this service (running: `api`, `cli`, `discord`)",
+        ),
         (with("timezone", json!("Mars/Olympus_Mons")), "invalid_field", "IANA time zone"),
         (with("timezone", json!("")), "invalid_field", "`timezone` must not be empty"),
         (with("client_request_id", json!("")), "invalid_field", "`client_request_id` must not be empty"),

@@ -345,7 +345,10 @@ async fn start_http(
     )
     .with_metrics(metrics)
     .with_memory(crate::memory::probe(std::sync::Arc::clone(&handle.store), gateway.clone()))
-    .with_models(config.models.keys().cloned());
+    .with_models(config.models.keys().cloned())
+    .with_chatbots(
+        ["api", "cli"].into_iter().map(str::to_owned).chain(config.chatbots.discord.iter().map(|d| d.id.clone())),
+    );
     if let Some(token) = token {
         state = state.with_token(token);
     }
