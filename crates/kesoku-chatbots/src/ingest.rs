@@ -207,6 +207,25 @@ impl Access {
     }
 }
 
+/// Check an output schema a producer asks for (`[[cron]] output_schema`, a direct trigger's
+/// `output_schema`) before any work is stored: it must be a JSON object that compiles as a JSON
+/// Schema. The error says what was wrong, for the producer to put in its own words.
+pub fn check_output_schema(schema: &serde_json::Value) -> Result<(), String> {
+    use serde_json::Value;
+    let kind = match schema {
+        Value::Object(_) => None,
+        Value::Null => Some("null"),
+        Value::Bool(_) => Some("a boolean"),
+        Value::Number(_) => Some("a number"),
+        Value::String(_) => Some("a string"),
+        Value::Array(_) => Some("an array"),
+    };
+    if let Some(kind) = kind {
+        return Err(format!("must be a JSON Schema object, for example {{\"type\": \"object\"}}; got {kind}"));
+    }
+    jsonschema::validator_for(schema).map(|_| ()).map_err(|error| format!("is not a valid JSON Schema: {error}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -240,23 +259,4 @@ mod tests {
             "msg_google_chat_spaces_A_messages_B.C"
         );
     }
-}
-
-/// Check an output schema a producer asks for (`[[cron]] output_schema`, a direct trigger's
-/// `output_schema`) before any work is stored: it must be a JSON object that compiles as a JSON
-/// Schema. The error says what was wrong, for the producer to put in its own words.
-pub fn check_output_schema(schema: &serde_json::Value) -> Result<(), String> {
-    use serde_json::Value;
-    let kind = match schema {
-        Value::Object(_) => None,
-        Value::Null => Some("null"),
-        Value::Bool(_) => Some("a boolean"),
-        Value::Number(_) => Some("a number"),
-        Value::String(_) => Some("a string"),
-        Value::Array(_) => Some("an array"),
-    };
-    if let Some(kind) = kind {
-        return Err(format!("must be a JSON Schema object, for example {{\"type\": \"object\"}}; got {kind}"));
-    }
-    jsonschema::validator_for(schema).map(|_| ()).map_err(|error| format!("is not a valid JSON Schema: {error}"))
 }

@@ -72,7 +72,7 @@ pub(crate) async fn post_activation(
             crate::error::shorten(model, 100)
         )));
     }
-    if !state.chatbots.is_empty() && !state.chatbots.iter().any(|id| *id == params.chatbot_id) {
+    if !state.chatbots.is_empty() && !state.chatbots.contains(&params.chatbot_id) {
         let known = state.chatbots.iter().map(|id| format!("`{id}`")).collect::<Vec<_>>().join(", ");
         return Err(AppError::invalid_field(format!(
             "`chatbot_id`: no chatbot `{}` runs in this service (running: {known}); nothing would deliver the answer",
