@@ -14,6 +14,7 @@
 //! default_timeout_s = 120
 //! max_timeout_s = 600
 //! kill_grace_s = 5
+//! max_background_jobs = 8
 //! max_output_chars = 5000
 //! max_saved_output_bytes = 2097152
 //! max_command_chars = 20000
@@ -89,6 +90,9 @@ pub struct ShellConfig {
     pub max_timeout_s: u64,
     /// Seconds between SIGTERM and SIGKILL when a command times out. Default: 5.
     pub kill_grace_s: u64,
+    /// Background jobs (`"background": true`) running at once, across every session of the
+    /// store; one more is refused until one ends or is cancelled. Default: 8.
+    pub max_background_jobs: usize,
     /// Longest result shown to the model, in characters. Longer output keeps its end (the
     /// end is where errors and summaries are) and the whole output is saved to a file in the
     /// session's staging folder, whose path the result names. Default: 5,000.
@@ -126,6 +130,7 @@ impl Default for ShellConfig {
             default_timeout_s: 120,
             max_timeout_s: 600,
             kill_grace_s: 5,
+            max_background_jobs: 8,
             max_output_chars: 5_000,
             max_saved_output_bytes: 2 * 1024 * 1024,
             max_command_chars: 20_000,

@@ -76,6 +76,8 @@ pub struct JobsConfig {
     pub alert_tail_chars: usize,
     /// Most characters `job_output` returns (`[tools.shell] max_output_chars`).
     pub output_max_chars: usize,
+    /// Jobs running at once (`[tools.shell] max_background_jobs`); one more is refused.
+    pub max_running: usize,
 }
 
 impl Default for JobsConfig {
@@ -92,6 +94,7 @@ impl JobsConfig {
             poll_interval: Duration::from_secs(1),
             alert_tail_lines: 40,
             alert_tail_chars: 4_000,
+            max_running: shell.max_background_jobs.max(1),
             output_max_chars: shell.max_output_chars.max(500),
         }
     }
@@ -486,6 +489,20 @@ impl Background for Jobs {
     async fn start(&self, ctx: &ToolContext, command: DetachedCommand) -> Result<String, String> {
         if ctx.origin.is_none() {
             return Err("background jobs need a conversation turn to report to; this call belongs to none".to_owned());
+        }
+        let running = self
+            .store()
+            .list_jobs(&JobFilter { state: Some(JobState::Running), ..JobFilter::default() })
+            .await
+            .map_err(|error| {
+                format!("could not count the running background jobs ({error}); the command was not started")
+            })?;
+        if running.len() >= self.inner.config.max_running {
+            return Err(format!(
+                "{} background jobs are running already, the most `[tools.shell] max_background_jobs` allows; wait \
+                 for one to end (list_jobs), cancel one (cancel_job), or run this command in the foreground",
+                running.len()
+            ));
         }
         let id = JobId::generate();
         let (stdout_path, stderr_path, exit_path) = Jobs::job_files(ctx, &id)?;

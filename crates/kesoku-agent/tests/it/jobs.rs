@@ -489,3 +489,25 @@ async fn without_a_turn_a_background_job_is_refused() {
         "{output:?}"
     );
 }
+
+#[tokio::test]
+async fn more_background_jobs_than_the_cap_are_refused_until_one_ends() {
+    let mut f = Fixture::new().await;
+    f.jobs = Jobs::new(f.gateway.clone(), f.workspace(), JobsConfig { max_running: 2, ..config() });
+    f.registry = registry_over(&f.jobs);
+    let first = f.start(&held_job(0)).await;
+    let second = f.start(&held_job(0)).await;
+    let refused = f.call(RUN_SHELL_COMMAND, json!({ "command": "echo third", "background": true })).await;
+    let error = refused.error.unwrap_or_default();
+    assert!(
+        error.starts_with("2 background jobs are running already") && error.contains("max_background_jobs"),
+        "{error}"
+    );
+    let filter = JobFilter { session_id: Some(f.session.id.clone()), ..JobFilter::default() };
+    assert_eq!(f.handle.store.list_jobs(&filter).await.expect("list").len(), 2, "the third was not started");
+    f.release();
+    f.ended(&first.id).await;
+    f.ended(&second.id).await;
+    let third = f.start("echo third").await;
+    assert_eq!(f.ended(&third.id).await.exit_code, Some(0));
+}
