@@ -250,5 +250,10 @@ fn a_cron_output_schema_is_a_table_read_as_a_json_schema_object() {
         .err()
         .map(|error| format!("{error:#}"))
         .unwrap_or_default();
-    assert!(error.contains("[[cron]]") && error.contains("output_schema must be a table"), "{error}");
+    assert!(
+        error.contains("[[cron]]")
+            && error.contains("output_schema must be a JSON Schema object")
+            && error.contains("write it as a table"),
+        "{error}"
+    );
 }
