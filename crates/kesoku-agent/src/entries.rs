@@ -53,6 +53,11 @@ impl Zone {
         Zone(name.and_then(|n| n.parse::<Tz>().ok()).unwrap_or(Tz::UTC))
     }
 
+    /// The zone itself.
+    pub fn tz(&self) -> Tz {
+        self.0
+    }
+
     /// `2026-03-29 09:00:00 Europe/Paris (UTC+02:00)`: local time, zone, and offset, so the model
     /// can reason across a DST change.
     pub fn format(&self, at: DateTime<Utc>) -> String {

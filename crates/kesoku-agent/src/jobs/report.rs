@@ -187,10 +187,7 @@ pub(crate) fn exit_detail(code: i32) -> Option<String> {
 
 /// A time in the IANA zone `timezone` when it is one, else in UTC.
 pub(crate) fn local_time(at: DateTime<Utc>, timezone: Option<&str>) -> String {
-    match timezone.and_then(|name| name.parse::<chrono_tz::Tz>().ok()) {
-        Some(zone) => at.with_timezone(&zone).format("%Y-%m-%d %H:%M:%S %Z").to_string(),
-        None => at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
-    }
+    crate::followups::format_local(at, crate::entries::Zone::named(timezone).tz())
 }
 
 #[cfg(test)]
