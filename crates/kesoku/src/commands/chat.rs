@@ -52,7 +52,8 @@ pub async fn run(config: &Config, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         return list_sessions(&gateway).await;
     }
     let prompt = args.prompt.join(" ");
-    let backend = Backend::start(config, &handle, &gateway).await?;
+    let repl = prompt.trim().is_empty();
+    let backend = Backend::start(config, &handle, &gateway, repl).await?;
     let chatbot = CliChatbot::stdout(render_mode());
     let deliverer = Deliverer::new(gateway.clone(), config.workspace_dir.clone()).with_ledger(handle.ledger.clone());
     let mut session = choose_session(&gateway, args).await?;
@@ -63,7 +64,7 @@ pub async fn run(config: &Config, args: &ChatArgs) -> anyhow::Result<ExitCode> {
         .context("installing the Ctrl-C handler")?;
     let forwarder = tokio::spawn(forward_ctrl_c(sigint, interrupt_sender));
 
-    let result = if prompt.trim().is_empty() {
+    let result = if repl {
         let mut repl = Repl {
             config,
             gateway: &gateway,
@@ -109,7 +110,14 @@ enum Backend {
 }
 
 impl Backend {
-    async fn start(config: &Config, handle: &kesoku_store::StoreHandle, gateway: &Gateway) -> anyhow::Result<Backend> {
+    /// `repl`: an interactive session, which also fires due follow-ups while it is open (a
+    /// one-shot ends with its answer, so it leaves them to the next service or session).
+    async fn start(
+        config: &Config,
+        handle: &kesoku_store::StoreHandle,
+        gateway: &Gateway,
+        repl: bool,
+    ) -> anyhow::Result<Backend> {
         if let Some(pid) = super::start::running_service(config) {
             let shutdown = CancellationToken::new();
             let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
@@ -123,9 +131,14 @@ impl Backend {
         let runner = {
             let agent = agent.clone();
             let shutdown = shutdown.clone();
-            // Follow-ups fire while the chat runs (and, when it is closed, at the next start).
+            // Follow-ups fire while an interactive chat runs (and, when it is closed, at the
+            // next start).
             tokio::spawn(async move {
-                tokio::join!(agent.run(shutdown.clone(), EXIT_GRACE), followups.run(shutdown));
+                if repl {
+                    tokio::join!(agent.run(shutdown.clone(), EXIT_GRACE), followups.run(shutdown));
+                } else {
+                    agent.run(shutdown, EXIT_GRACE).await;
+                }
             })
         };
         Ok(Backend::InProcess { agent, shutdown, runner })
