@@ -96,6 +96,21 @@ impl SqliteStore {
         Ok(SqliteStore { engine: Arc::new(engine), history: Arc::default(), clock })
     }
 
+    /// SQLite's plan for `sql` with `values`, its steps joined by `; ` (for tests asserting that
+    /// a query reads through an index).
+    #[cfg(test)]
+    pub(crate) fn query_plan(&self, sql: &str, values: Vec<rusqlite::types::Value>) -> String {
+        self.engine.with_writer(|conn| {
+            let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("explain");
+            let rows = statement
+                .query_map(rusqlite::params_from_iter(values), |row| row.get::<_, String>(3))
+                .expect("plan")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("plan rows");
+            rows.join("; ")
+        })
+    }
+
     /// Use `clock` for every timestamp this store writes and for orphan ages.
     pub fn with_clock(mut self, clock: impl Into<Clock>) -> Self {
         self.clock = clock.into();

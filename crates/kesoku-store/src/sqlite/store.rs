@@ -613,17 +613,7 @@ mod tests {
         use kesoku_core::{Role, SessionId};
 
         let store = SqliteStore::open_in_memory().await.expect("open");
-        let plan = |sql: &str, values: Vec<SqlValue>| -> String {
-            store.engine.with_writer(|conn| {
-                let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("explain");
-                let rows = statement
-                    .query_map(params_from_iter(values), |row| row.get::<_, String>(3))
-                    .expect("plan")
-                    .collect::<Result<Vec<_>, _>>()
-                    .expect("plan rows");
-                rows.join("; ")
-            })
-        };
+        let plan = |sql: &str, values: Vec<SqlValue>| store.query_plan(sql, values);
         let listed = |filter: &MessageFilter| {
             let (sql, values) = sqlite_query(&list_query(filter));
             plan(&sql, values)

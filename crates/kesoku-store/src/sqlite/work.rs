@@ -123,7 +123,6 @@ fn state_of<T: FromStr<Err = UnknownValue>>(
 mod tests {
     use chrono::Utc;
     use kesoku_core::{FollowUpFilter, JobFilter, SessionId};
-    use rusqlite::params_from_iter;
 
     use super::*;
     use crate::sql::{followups_query, jobs_query};
@@ -138,15 +137,7 @@ mod tests {
         let store = SqliteStore::open_in_memory().await.expect("open");
         let plan = |query: &Query| -> String {
             let (sql, values) = sqlite_query(query);
-            store.engine.with_writer(|conn| {
-                let mut statement = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).expect("explain");
-                let rows = statement
-                    .query_map(params_from_iter(values), |row| row.get::<_, String>(3))
-                    .expect("plan")
-                    .collect::<Result<Vec<_>, _>>()
-                    .expect("plan rows");
-                rows.join("; ")
-            })
+            store.query_plan(&sql, values)
         };
         let due = plan(&followups_query(&FollowUpFilter {
             state: Some(FollowUpState::Pending),
