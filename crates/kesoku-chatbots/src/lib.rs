@@ -16,7 +16,7 @@
 //! - [`control`]: stop / clear / compact, shared by the chat [`commands`] and the HTTP API;
 //! - [`staging`]: where people's files go.
 //!
-//! Platforms: [`cli`] (the terminal), [`discord`] and [`cron`] (scheduled prompts). It deliberately knows no
+//! Platforms: [`cli`] (the terminal), [`discord`], [`google_chat`], [`wechat`] and [`cron`] (scheduled prompts). It deliberately knows no
 //! agent internals, reads no environment and no config file, and owns no line editor.
 
 pub mod answer;
@@ -30,8 +30,10 @@ pub mod control;
 pub mod cron;
 pub mod delivery;
 pub mod discord;
+pub mod google_chat;
 pub mod ingest;
 pub mod staging;
+pub mod wechat;
 
 use std::time::Duration;
 

@@ -216,6 +216,13 @@ pub trait Store: Send + Sync + 'static {
     /// [`StoreError::IllegalChange`] when `end.state` is `running`.
     async fn finish_job(&self, id: &JobId, end: &JobEnd) -> StoreResult<bool>;
 
+    /// A chat platform adapter's remembered value for `key` (a long-poll cursor, a per-peer
+    /// reply token), `None` when never set.
+    async fn chatbot_state(&self, chatbot_id: &str, key: &str) -> StoreResult<Option<String>>;
+
+    /// Set (or replace) a chat platform adapter's remembered value. Takes no revision.
+    async fn set_chatbot_state(&self, chatbot_id: &str, key: &str, value: &str) -> StoreResult<()>;
+
     /// What this store holds in memory beyond its connections, for the service's metrics.
     fn memory(&self) -> StoreMemory;
 

@@ -59,6 +59,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         description: "follow-ups and background jobs",
         sql: include_str!("../migrations/sqlite/0007_work.sql"),
     },
+    Migration {
+        version: 8,
+        description: "chatbot state",
+        sql: include_str!("../migrations/sqlite/0008_chatbot_state.sql"),
+    },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -97,10 +102,15 @@ pub(crate) const POSTGRES: &[Migration] = &[
         description: "follow-ups and background jobs",
         sql: include_str!("../migrations/postgres/0007_work.sql"),
     },
+    Migration {
+        version: 8,
+        description: "chatbot state",
+        sql: include_str!("../migrations/postgres/0008_chatbot_state.sql"),
+    },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 8;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -49,6 +49,9 @@ pub enum Command {
     /// Configured models.
     #[command(subcommand)]
     Models(ModelsCommand),
+    /// WeChat bot accounts: pair one by scanning a QR code.
+    #[command(subcommand)]
+    Wechat(WechatCommand),
 }
 
 #[derive(Debug, Args)]
@@ -235,6 +238,17 @@ pub enum FollowupsCommand {
     Cancel {
         /// The follow-up's id (`fu_…`).
         id: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum WechatCommand {
+    /// Show a QR code in the terminal; scan it with WeChat to let this account be the bot. The
+    /// token is stored outside the config file (mode 0600) for `kesoku start`.
+    Pair {
+        /// The `[[chatbots.wechat]]` entry to pair (its `id`); default: the only one.
+        #[arg(long)]
+        id: Option<String>,
     },
 }
 

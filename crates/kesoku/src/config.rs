@@ -48,14 +48,59 @@ pub struct ChatbotsSection {
     /// `[[chatbots.discord]]`: one entry per Discord bot.
     #[serde(default)]
     pub discord: Vec<kesoku_chatbots::discord::DiscordConfig>,
+    /// `[[chatbots.google_chat]]`: one entry per Google Chat app.
+    #[serde(default)]
+    pub google_chat: Vec<kesoku_chatbots::google_chat::GoogleChatConfig>,
+    /// `[[chatbots.wechat]]`: one entry per WeChat (iLink) bot account.
+    #[serde(default)]
+    pub wechat: Vec<kesoku_chatbots::wechat::WeChatConfig>,
 }
 
 impl ChatbotsSection {
+    /// The chatbot ids configured, in config order per platform.
+    pub fn ids(&self) -> Vec<String> {
+        self.entries().into_iter().map(|entry| entry.id.to_owned()).collect()
+    }
+
     /// The chatbot ids configured, for the start-up log (`none` when there is none).
     pub fn describe(&self) -> String {
-        let ids: Vec<&str> = self.discord.iter().map(|discord| discord.id.as_str()).collect();
+        let ids = self.ids();
         if ids.is_empty() { "none".to_owned() } else { ids.join(", ") }
     }
+
+    /// Every configured chatbot: its table name, id and time zone, with the result of checking
+    /// its keys.
+    pub fn entries(&self) -> Vec<ChatbotEntry<'_>> {
+        let discord = self.discord.iter().map(|entry| ChatbotEntry {
+            table: "discord",
+            id: &entry.id,
+            timezone: &entry.timezone,
+            check: entry.validate().map(drop).map_err(|error| error.to_string()),
+        });
+        let google_chat = self.google_chat.iter().map(|entry| ChatbotEntry {
+            table: "google_chat",
+            id: &entry.id,
+            timezone: &entry.timezone,
+            check: entry.validate().map(drop).map_err(|error| error.to_string()),
+        });
+        let wechat = self.wechat.iter().map(|entry| ChatbotEntry {
+            table: "wechat",
+            id: &entry.id,
+            timezone: &entry.timezone,
+            check: entry.validate().map(drop).map_err(|error| error.to_string()),
+        });
+        discord.chain(google_chat).chain(wechat).collect()
+    }
+}
+
+/// One configured chatbot, as the checks and the wiring need it.
+#[derive(Debug)]
+pub struct ChatbotEntry<'a> {
+    /// `discord`, `google_chat` or `wechat`.
+    pub table: &'static str,
+    pub id: &'a str,
+    pub timezone: &'a str,
+    pub check: Result<(), String>,
 }
 
 /// `[service]`: how `kesoku start` runs.
@@ -223,16 +268,18 @@ impl Config {
             bail!("{}: [tools]: {error}", path.display());
         }
         let mut chatbot_ids = std::collections::BTreeSet::from(["cli", "api", "system"]);
-        for (index, discord) in file.chatbots.discord.iter().enumerate() {
-            if let Err(error) = discord.validate() {
-                bail!("{}: [[chatbots.discord]] entry {}: {error}", path.display(), index + 1);
+        let mut index_in_table = std::collections::BTreeMap::<&str, usize>::new();
+        for entry in file.chatbots.entries() {
+            let index = index_in_table.entry(entry.table).and_modify(|n| *n += 1).or_insert(1);
+            if let Err(error) = &entry.check {
+                bail!("{}: [[chatbots.{}]] entry {index}: {error}", path.display(), entry.table);
             }
-            if !chatbot_ids.insert(discord.id.as_str()) {
+            if !chatbot_ids.insert(entry.id) {
                 bail!(
-                    "{}: [[chatbots.discord]] entry {}: id = \"{}\" is already taken: give each chatbot its own id",
+                    "{}: [[chatbots.{}]] entry {index}: id = \"{}\" is already taken: give each chatbot its own id",
                     path.display(),
-                    index + 1,
-                    discord.id
+                    entry.table,
+                    entry.id
                 );
             }
         }

@@ -6,6 +6,7 @@ mod commands;
 mod config;
 mod control;
 mod memory;
+mod platforms;
 mod wiring;
 
 use std::process::ExitCode;

@@ -241,11 +241,11 @@ struct Profile {
 impl Profile {
     fn of(config: &Config, answering: &str, followups: &Followups, jobs: Option<&Jobs>) -> Profile {
         let mut agent = config.agent.clone();
-        // A chatbot's own time zone counts for its messages; Discord's default (UTC) does not
+        // A chatbot's own time zone counts for its messages; a chatbot's default (UTC) does not
         // override `[agent] timezone`.
-        for discord in &config.chatbots.discord {
-            if discord.timezone.trim() != "UTC" {
-                agent.chatbot_timezones.insert(discord.id.clone(), discord.timezone.trim().to_owned());
+        for entry in config.chatbots.entries() {
+            if entry.timezone.trim() != "UTC" {
+                agent.chatbot_timezones.insert(entry.id.to_owned(), entry.timezone.trim().to_owned());
             }
         }
         match config.models.get(answering) {

@@ -558,6 +558,30 @@ impl Store for PgStore {
     }
 
     /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
+    async fn chatbot_state(&self, chatbot_id: &str, key: &str) -> StoreResult<Option<String>> {
+        let value: Option<(String,)> =
+            sqlx::query_as("SELECT value FROM chatbot_state WHERE chatbot_id = $1 AND key = $2")
+                .bind(chatbot_id)
+                .bind(key)
+                .fetch_optional(&self.pool)
+                .await?;
+        Ok(value.map(|(value,)| value))
+    }
+
+    async fn set_chatbot_state(&self, chatbot_id: &str, key: &str, value: &str) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO chatbot_state (chatbot_id, key, value, updated_at) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (chatbot_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        )
+        .bind(chatbot_id)
+        .bind(key)
+        .bind(value)
+        .bind(truncate(self.clock.now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     fn memory(&self) -> StoreMemory {
         StoreMemory::default()
     }

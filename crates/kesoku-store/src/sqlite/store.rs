@@ -569,6 +569,34 @@ impl Store for SqliteStore {
         self.clock.clone()
     }
 
+    async fn chatbot_state(&self, chatbot_id: &str, key: &str) -> StoreResult<Option<String>> {
+        let (chatbot_id, key) = (chatbot_id.to_owned(), key.to_owned());
+        self.engine
+            .read(move |conn| {
+                let value = conn
+                    .prepare_cached("SELECT value FROM chatbot_state WHERE chatbot_id = ?1 AND key = ?2")?
+                    .query_row(params![chatbot_id, key], |row| row.get::<_, String>(0))
+                    .optional()?;
+                Ok(value)
+            })
+            .await
+    }
+
+    async fn set_chatbot_state(&self, chatbot_id: &str, key: &str, value: &str) -> StoreResult<()> {
+        let (chatbot_id, key, value) = (chatbot_id.to_owned(), key.to_owned(), value.to_owned());
+        let now = time_text(self.clock.now());
+        self.engine
+            .write(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO chatbot_state (chatbot_id, key, value, updated_at) VALUES (?1, ?2, ?3, ?4) \
+                     ON CONFLICT (chatbot_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+                )?
+                .execute(params![chatbot_id, key, value, now])?;
+                Ok(())
+            })
+            .await
+    }
+
     fn memory(&self) -> StoreMemory {
         let (bytes, sessions) = self.history.kept();
         StoreMemory { history_cache_bytes: bytes as u64, history_cache_sessions: sessions as u64 }

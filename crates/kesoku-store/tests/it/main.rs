@@ -5,6 +5,7 @@
 // Tests say what they expected in the panic message of `expect`.
 #![allow(clippy::expect_used)]
 
+mod chatbot_state;
 mod claims;
 mod corrupt;
 mod deliveries;

@@ -20,7 +20,7 @@ place_tests!(
 );
 
 /// Every schema version this build applies, in order.
-const ALL_VERSIONS: [&str; 7] = ["1", "2", "3", "4", "5", "6", "7"];
+const ALL_VERSIONS: [&str; 8] = ["1", "2", "3", "4", "5", "6", "7", "8"];
 
 async fn versions(place: &Place) -> Vec<String> {
     place.raw_strings("SELECT CAST(version AS TEXT) FROM kesoku_schema_version ORDER BY version").await
@@ -59,7 +59,7 @@ async fn a_newer_schema_is_refused(place: Place) {
     let text = error.to_string();
     assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
     assert!(text.contains("99") && text.contains("newer") && text.contains("upgrade kesoku"), "{text}");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "6", "7", "99"]);
+    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "6", "7", "8", "99"]);
     assert_eq!(place.raw_strings("SELECT id FROM messages").await, ["msg_kept"]);
     place.cleanup().await;
 }
@@ -127,7 +127,9 @@ async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
     assert_eq!(opened.ledger().get_activation(&entry.id).await.expect("get"), Some(entry));
     // So do the tables of the latest version.
     let tables = place.tables().await;
-    assert!(tables.contains(&"followups".to_owned()) && tables.contains(&"jobs".to_owned()), "{tables:?}");
+    for table in ["followups", "jobs", "chatbot_state"] {
+        assert!(tables.contains(&table.to_owned()), "{table} missing from {tables:?}");
+    }
     let followup = kesoku_core::FollowUp {
         id: "fu_v2".into(),
         session_id: "sess_v1".into(),

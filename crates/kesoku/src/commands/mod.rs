@@ -12,7 +12,7 @@ mod start;
 
 use std::process::ExitCode;
 
-use crate::cli::{Cli, Command, ModelsCommand};
+use crate::cli::{Cli, Command, ModelsCommand, WechatCommand};
 use crate::config::Config;
 
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -34,5 +34,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Models(command) => models::run(&Config::load(&cli.config)?, command).await,
+        Command::Wechat(WechatCommand::Pair { id }) => {
+            crate::platforms::wechat::pair(&Config::load(&cli.config)?, id.as_deref()).await
+        }
     }
 }

@@ -15,7 +15,7 @@
 //! - `[[cron]]` jobs and the follow-ups the agent scheduled, each posting its root message when
 //!   due;
 //! - the chat platforms under `[chatbots]` (each connects, ingests, and is delivered to by a
-//!   `kesoku_chatbots::Deliverer`, see [`start_chatbots`]).
+//!   `kesoku_chatbots::Deliverer`, see `crate::platforms`).
 //!
 //! So with a model configured there is always an input and the service starts; it logs which
 //! inputs are on. One service per workspace: a lock file (`<workspace>/service.lock`, holding
@@ -147,7 +147,13 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     };
     let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
     // Chat platforms: each connects (inbound) and gets the shared delivery routine (outbound).
-    let chatbots = start_chatbots(config, &handle, &gateway, &agent, &shutdown)?;
+    let chatbots = crate::platforms::start_all(&crate::platforms::Platform {
+        config,
+        handle: &handle,
+        gateway: &gateway,
+        control: std::sync::Arc::new(crate::control::AgentHandle(agent.clone())),
+        shutdown: &shutdown,
+    })?;
     // Cron jobs post their trigger messages on schedule.
     let cron = tokio::spawn(kesoku_chatbots::cron::run_cron(gateway.clone(), config.cron.clone(), shutdown.clone()));
     // Follow-ups the agent scheduled fire as they come due (those due while it was down, now).
@@ -240,61 +246,6 @@ struct Http {
 }
 
 /// Bind and serve the API and console, refusing a non-loopback address without a token.
-/// Start every configured chat platform: its connection (what people write becomes messages)
-/// and its delivery (what the agent writes reaches them). A missing token refuses the start;
-/// a platform that fails later (a token revoked, an intent withdrawn) is logged with the fix and
-/// the service keeps running its other inputs.
-fn start_chatbots(
-    config: &Config,
-    handle: &kesoku_store::StoreHandle,
-    gateway: &kesoku_gateway::Gateway,
-    agent: &kesoku_agent::Agent,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
-    use std::sync::Arc;
-
-    use kesoku_chatbots::discord::outbound::DiscordChatbot;
-    use kesoku_chatbots::discord::{Discord, progress::ProgressOptions};
-    use kesoku_chatbots::staging::Staging;
-    use kesoku_chatbots::{Chatbot, Deliverer};
-
-    let mut tasks = Vec::new();
-    let control: Arc<dyn kesoku_chatbots::control::SessionControl> =
-        Arc::new(crate::control::AgentHandle(agent.clone()));
-    for discord_config in &config.chatbots.discord {
-        let token =
-            Discord::token_from(discord_config, std::env::var(&discord_config.token_env).ok()).with_context(|| {
-                format!("{}: [[chatbots.discord]] id = \"{}\"", config.path.display(), discord_config.id)
-            })?;
-        let discord = Discord::new(
-            gateway.clone(),
-            discord_config.clone(),
-            token,
-            Staging::new(config.workspace_dir.clone()),
-            Arc::clone(&control),
-        )
-        .with_context(|| format!("{}: [[chatbots.discord]] id = \"{}\"", config.path.display(), discord_config.id))?;
-        let chatbot: Arc<dyn Chatbot> = Arc::new(DiscordChatbot::new(
-            &discord_config.id,
-            discord.api(),
-            Arc::clone(gateway.store()),
-            ProgressOptions::default(),
-        ));
-        let deliverer =
-            Deliverer::new(gateway.clone(), config.workspace_dir.clone()).with_ledger(Arc::clone(&handle.ledger));
-        let delivery_shutdown = shutdown.clone();
-        tasks.push(tokio::spawn(async move { deliverer.run(chatbot, delivery_shutdown).await }));
-        let connection_shutdown = shutdown.clone();
-        let id = discord_config.id.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(error) = discord.run(connection_shutdown).await {
-                tracing::error!(chatbot_id = %id, %error, "the discord chatbot stopped; its messages wait in the store until it is back");
-            }
-        }));
-    }
-    Ok(tasks)
-}
-
 async fn start_http(
     config: &Config,
     section: &crate::config::HttpSection,
@@ -346,9 +297,7 @@ async fn start_http(
     .with_metrics(metrics)
     .with_memory(crate::memory::probe(std::sync::Arc::clone(&handle.store), gateway.clone()))
     .with_models(config.models.keys().cloned())
-    .with_chatbots(
-        ["api", "cli"].into_iter().map(str::to_owned).chain(config.chatbots.discord.iter().map(|d| d.id.clone())),
-    );
+    .with_chatbots(["api", "cli"].into_iter().map(str::to_owned).chain(config.chatbots.ids()));
     if let Some(token) = token {
         state = state.with_token(token);
     }
