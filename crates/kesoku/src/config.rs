@@ -283,6 +283,20 @@ impl Config {
                 );
             }
         }
+        // A cron job's answers go to its chatbot: one that is not configured would leave them
+        // waiting for a delivery that never comes.
+        for job in &cron {
+            if !chatbot_ids.contains(job.config.chatbot.as_str()) || job.config.chatbot == "system" {
+                let configured: Vec<&str> = chatbot_ids.iter().copied().filter(|id| *id != "system").collect();
+                bail!(
+                    "{}: [[cron]] job `{}`: chatbot = \"{}\" is not a configured chatbot; use one of: {}",
+                    path.display(),
+                    job.config.name,
+                    job.config.chatbot,
+                    configured.join(", ")
+                );
+            }
+        }
         Ok(Config {
             path: path.to_owned(),
             workspace_dir,

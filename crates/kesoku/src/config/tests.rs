@@ -181,6 +181,33 @@ fn two_chatbots_with_one_id_are_refused_naming_the_id() {
 }
 
 #[test]
+fn a_platform_entry_of_each_kind_is_checked_and_shares_the_id_space() {
+    let subscription = "subscription = \"projects/p/subscriptions/s\"\n";
+    let text = format!(
+        "[[chatbots.google_chat]]\n{subscription}[[chatbots.wechat]]\n[[chatbots.wechat]]\nid = \"wechat_work\"\n"
+    );
+    let config = parse(&text);
+    assert_eq!(config.chatbots.ids(), ["google_chat", "wechat", "wechat_work"]);
+    let text = format!("[[chatbots.google_chat]]\n{subscription}id = \"wechat\"\n[[chatbots.wechat]]\n");
+    let error = Config::parse(Path::new(PATH), &text).err().map(|error| format!("{error:#}")).unwrap_or_default();
+    assert!(error.contains("[[chatbots.wechat]] entry 1: id = \"wechat\" is already taken"), "{error}");
+    let error = Config::parse(Path::new(PATH), "[[chatbots.google_chat]]\n")
+        .err()
+        .map(|error| format!("{error:#}"))
+        .unwrap_or_default();
+    assert!(error.contains("[[chatbots.google_chat]] entry 1") && error.contains("projects/PROJECT"), "{error}");
+}
+
+#[test]
+fn a_cron_job_for_a_chatbot_that_is_not_configured_is_refused_at_load() {
+    let job = "[[cron]]\nname = \"status\"\nschedule = \"@hourly\"\nprompt = \"report\"\nchannel = \"room@chatroom\"\nchatbot = \"wechat\"\n";
+    let error = Config::parse(Path::new(PATH), job).err().map(|error| format!("{error:#}")).unwrap_or_default();
+    assert!(error.contains("[[cron]] job `status`: chatbot = \"wechat\" is not a configured chatbot"), "{error}");
+    let config = parse(&format!("{job}[[chatbots.wechat]]\n"));
+    assert_eq!(config.cron[0].config.chatbot, "wechat");
+}
+
+#[test]
 fn a_bad_discord_timezone_is_refused_at_load() {
     let error = Config::parse(Path::new(PATH), "[[chatbots.discord]]\ntimezone = \"Mars/Olympus\"\n")
         .err()
