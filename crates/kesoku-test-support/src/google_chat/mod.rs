@@ -410,6 +410,13 @@ impl FakeGoogleChat {
         self.shared.update(|state| state.chat_faults.extend(std::iter::repeat_n(status, n)));
     }
 
+    /// After `ok` more Chat API calls succeed, the next `n` fail with `status`.
+    pub fn fail_chat_after(&self, ok: usize, n: usize, status: u16) {
+        self.shared.update(|state| {
+            state.chat_faults.extend(std::iter::repeat_n(0, ok).chain(std::iter::repeat_n(status, n)));
+        });
+    }
+
     /// The next `n` pulls fail with `status`.
     pub fn fail_pulls(&self, n: usize, status: u16) {
         self.shared.update(|state| state.pull_faults.extend(std::iter::repeat_n(status, n)));
@@ -418,6 +425,15 @@ impl FakeGoogleChat {
     /// The next `n` acknowledge calls fail (503), as if the app died before acknowledging.
     pub fn fail_acks(&self, n: usize) {
         self.shared.update(|state| state.ack_faults += n);
+    }
+
+    /// Forget the injected faults not met yet.
+    pub fn clear_faults(&self) {
+        self.shared.update(|state| {
+            state.chat_faults.clear();
+            state.pull_faults.clear();
+            state.ack_faults = 0;
+        });
     }
 
     /// Every token issued so far stops being accepted (the next call answers 401).

@@ -87,6 +87,7 @@ pub struct FakeState {
     /// (space, requestId) → message name.
     pub(super) request_ids: HashMap<(String, String), String>,
     pub(super) requests: Vec<RecordedRequest>,
+    /// Statuses for the next Chat calls; 0 lets a call through.
     pub(super) chat_faults: Vec<u16>,
     pub(super) pull_faults: Vec<u16>,
     pub(super) ack_faults: usize,
@@ -315,7 +316,11 @@ impl FakeState {
         if self.chat_faults.is_empty() {
             return Ok(());
         }
-        Err(GoogleError::for_status(self.chat_faults.remove(0)))
+        // 0: a call let through before the failures start.
+        match self.chat_faults.remove(0) {
+            0 => Ok(()),
+            status => Err(GoogleError::for_status(status)),
+        }
     }
 
     fn check_content(body: &Value) -> Result<(), GoogleError> {

@@ -4,6 +4,7 @@
 
 mod chat;
 mod discord;
+mod google_chat;
 mod followups;
 mod jobs;
 mod local;
