@@ -59,7 +59,9 @@ impl From<ApiError> for DeliveryError {
             auth @ ApiError::Auth(_) if auth.is_transient() => {
                 DeliveryError::Transient { reason: auth.to_string(), retry_after: None }
             }
-            other => DeliveryError::Permanent { reason: other.to_string() },
+            other @ (ApiError::Permanent { .. } | ApiError::Auth(_)) => {
+                DeliveryError::Permanent { reason: other.to_string() }
+            }
         }
     }
 }
@@ -180,14 +182,14 @@ mod tests {
         let error = classify(404, body, None, "posting");
         assert_eq!(
             error,
-            ApiError::Permanent { status: 404, reason: "posting failed with HTTP 404: NOT_FOUND Space not found.".into() }
+            ApiError::Permanent {
+                status: 404,
+                reason: "posting failed with HTTP 404: NOT_FOUND Space not found.".into()
+            }
         );
         assert!(classify(429, "", Some(Duration::from_secs(3)), "x").is_transient());
         assert!(classify(503, "oops", None, "x").is_transient());
         assert!(!classify(403, "{}", None, "x").is_transient());
-        assert!(matches!(
-            DeliveryError::from(classify(500, "", None, "x")),
-            DeliveryError::Transient { .. }
-        ));
+        assert!(matches!(DeliveryError::from(classify(500, "", None, "x")), DeliveryError::Transient { .. }));
     }
 }

@@ -114,7 +114,8 @@ impl AuthError {
 impl Credentials {
     /// Parse a key file's contents.
     pub fn from_json(text: &str) -> Result<Credentials, AuthError> {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|error| AuthError::NotJson(error.to_string()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(text).map_err(|error| AuthError::NotJson(error.to_string()))?;
         let kind = value.get("type").and_then(|kind| kind.as_str()).unwrap_or("service_account");
         if kind != "service_account" {
             return Err(AuthError::NotServiceAccount { kind: kind.to_owned() });
@@ -152,7 +153,8 @@ pub fn assertion(key: &ServiceAccountKey, now: i64) -> Result<String, AuthError>
         iat: now,
         exp: now + ASSERTION_LIFETIME_S,
     };
-    let signing = EncodingKey::from_rsa_pem(key.private_key.as_bytes()).map_err(|e| AuthError::BadKey(e.to_string()))?;
+    let signing =
+        EncodingKey::from_rsa_pem(key.private_key.as_bytes()).map_err(|e| AuthError::BadKey(e.to_string()))?;
     jsonwebtoken::encode(&header, &claims, &signing).map_err(|error| AuthError::BadKey(error.to_string()))
 }
 

@@ -55,7 +55,10 @@ pub enum EventKind {
     AddedToSpace,
     RemovedFromSpace,
     /// A card button was clicked: its function and parameters.
-    CardClicked { function: String, parameters: BTreeMap<String, String> },
+    CardClicked {
+        function: String,
+        parameters: BTreeMap<String, String>,
+    },
     /// Another event type (widget updates, app home, …): ignored.
     Other(String),
 }

@@ -104,9 +104,9 @@ fn inline(text: &str) -> String {
 
 /// Whether a single `marker` closes the emphasis opened just before `rest` (not a `**`).
 fn closes(rest: &[char], marker: char) -> bool {
-    rest.iter().position(|&d| d == marker).is_some_and(|p| {
-        p > 0 && !rest[p - 1].is_whitespace() && rest.get(p + 1) != Some(&marker)
-    })
+    rest.iter()
+        .position(|&d| d == marker)
+        .is_some_and(|p| p > 0 && !rest[p - 1].is_whitespace() && rest.get(p + 1) != Some(&marker))
 }
 
 /// `[label](url)` at the start of `chars`: (label, url, characters used).

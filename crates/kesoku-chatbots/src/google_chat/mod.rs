@@ -36,8 +36,8 @@ use kesoku_gateway::Gateway;
 use tokio_util::sync::CancellationToken;
 
 use self::api::{ApiError, GoogleApi};
-pub use self::auth::{AuthError, Credentials};
 use self::auth::TokenSource;
+pub use self::auth::{AuthError, Credentials};
 pub use self::config::{GoogleChatConfig, GoogleChatConfigError};
 use self::inbound::Handled;
 pub use self::outbound::GoogleChatChatbot;
@@ -115,7 +115,11 @@ impl GoogleChat {
 
     /// The delivery side, sharing this app's clients.
     pub fn chatbot(&self) -> GoogleChatChatbot {
-        GoogleChatChatbot::new(&self.shared.config.id, self.shared.rest.clone(), Arc::clone(self.shared.gateway.store()))
+        GoogleChatChatbot::new(
+            &self.shared.config.id,
+            self.shared.rest.clone(),
+            Arc::clone(self.shared.gateway.store()),
+        )
     }
 
     /// Pull and handle events until `shutdown`. Failures are retried with backoff (a deleted

@@ -86,9 +86,9 @@ pub fn step_lines(root: &MessageId, messages: &[Message]) -> Vec<String> {
             MessageType::ToolCall => {
                 let name = message.metadata.tool_name.clone().unwrap_or_else(|| "tool".to_owned());
                 let arguments = message.metadata.tool_arguments.as_ref().map(argument_summary).unwrap_or_default();
-                let result = messages.iter().find(|m| {
-                    m.message_type == MessageType::ToolResult && m.parent_id.as_ref() == Some(&message.id)
-                });
+                let result = messages
+                    .iter()
+                    .find(|m| m.message_type == MessageType::ToolResult && m.parent_id.as_ref() == Some(&message.id));
                 let line = match result {
                     None => format!("⏳ {name} {arguments}"),
                     Some(result) => match &result.metadata.tool_error {
@@ -138,9 +138,14 @@ impl Progress {
     pub async fn on_turn(&self, root: &Message) -> Result<(), ApiError> {
         match root.status {
             Status::Processing => self.upsert(&root.id, &root.session_id, &root.channel_id, &CardState::Working).await,
-            Status::Interrupted => self.finish(&root.id, &root.session_id, &root.channel_id, &CardState::Interrupted).await,
+            Status::Interrupted => {
+                self.finish(&root.id, &root.session_id, &root.channel_id, &CardState::Interrupted).await
+            }
             Status::Error => self.finish(&root.id, &root.session_id, &root.channel_id, &CardState::Failed).await,
-            _ => Ok(()),
+            // A finished turn's card is completed by `on_delivered` (with its metrics).
+            Status::Processed | Status::PendingAgent | Status::Pending | Status::Delivered | Status::Responded => {
+                Ok(())
+            }
         }
     }
 
@@ -178,7 +183,13 @@ impl Progress {
     }
 
     /// Create the card, or update it when it exists.
-    async fn upsert(&self, root: &MessageId, session: &SessionId, channel: &str, state: &CardState) -> Result<(), ApiError> {
+    async fn upsert(
+        &self,
+        root: &MessageId,
+        session: &SessionId,
+        channel: &str,
+        state: &CardState,
+    ) -> Result<(), ApiError> {
         let Some(place) = Place::of_channel(channel) else {
             return Ok(());
         };
@@ -199,7 +210,13 @@ impl Progress {
     }
 
     /// Update the card if there is one (a turn that never showed a card gets none).
-    async fn finish(&self, root: &MessageId, session: &SessionId, channel: &str, state: &CardState) -> Result<(), ApiError> {
+    async fn finish(
+        &self,
+        root: &MessageId,
+        session: &SessionId,
+        channel: &str,
+        state: &CardState,
+    ) -> Result<(), ApiError> {
         let Some(place) = Place::of_channel(channel) else {
             return Ok(());
         };
@@ -250,8 +267,13 @@ mod tests {
         assert_eq!(card["sections"][0]["header"], SECTION_TITLE);
         assert_eq!(card["sections"][0]["collapsible"], true);
         assert_eq!(card["sections"][0]["widgets"][0]["textParagraph"]["text"], "💭 a");
-        let metrics =
-            TurnMetrics { session_turns: 1, context_tokens: 1234, turn_tool_calls: 1, turn_tokens: 56, turn_time: 1.25 };
+        let metrics = TurnMetrics {
+            session_turns: 1,
+            context_tokens: 1234,
+            turn_tool_calls: 1,
+            turn_tokens: 56,
+            turn_time: 1.25,
+        };
         let done = card_body(&CardState::Done(Some(metrics)), &lines);
         assert_eq!(done["cardsV2"][0]["card"]["header"]["title"], "✅ Done");
         assert!(done["cardsV2"][0]["card"]["header"]["subtitle"].as_str().is_some_and(|s| s.contains("1,234")));

@@ -85,7 +85,13 @@ impl Subscription {
         }
         let body = json!({ "ackIds": ack_ids });
         self.api
-            .call(Method::POST, &format!("{}:acknowledge", self.url), Some(&body), super::api::CALL_TIMEOUT, "acknowledging")
+            .call(
+                Method::POST,
+                &format!("{}:acknowledge", self.url),
+                Some(&body),
+                super::api::CALL_TIMEOUT,
+                "acknowledging",
+            )
             .await
             .map(|_| ())
     }
@@ -97,7 +103,10 @@ impl Subscription {
         }
         let body = json!({ "ackIds": ack_ids, "ackDeadlineSeconds": seconds });
         let url = format!("{}:modifyAckDeadline", self.url);
-        self.api.call(Method::POST, &url, Some(&body), super::api::CALL_TIMEOUT, "extending the ack deadline").await.map(|_| ())
+        self.api
+            .call(Method::POST, &url, Some(&body), super::api::CALL_TIMEOUT, "extending the ack deadline")
+            .await
+            .map(|_| ())
     }
 }
 

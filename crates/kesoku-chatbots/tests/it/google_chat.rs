@@ -382,9 +382,8 @@ async fn an_api_failing_for_a_while_loses_and_doubles_nothing() {
     });
     let answer = TurnOrigin::of(&root, "Kesoku").final_text(1, "Made it through the outage.", None);
     rig.gateway.post(&answer).await.expect("post");
-    let shown = |fake: &FakeGoogleChat| {
-        fake.messages_in(&said.thread).iter().any(|m| m.text == "Made it through the outage.")
-    };
+    let shown =
+        |fake: &FakeGoogleChat| fake.messages_in(&said.thread).iter().any(|m| m.text == "Made it through the outage.");
     assert!(rig.fake.wait_for(shown, WAIT).await, "delivered after the outage");
     eventually("the answer marked delivered", || async {
         let stored = rig.gateway.store().get_message(&answer.id).await.expect("read").expect("stored");

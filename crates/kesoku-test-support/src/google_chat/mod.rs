@@ -449,12 +449,7 @@ impl FakeGoogleChat {
     /// Messages now visible in a thread (`spaces/S/threads/T`) or a whole space, oldest first.
     pub fn messages_in(&self, place: &str) -> Vec<FakeChatMessage> {
         self.shared.read(|state| {
-            state
-                .messages
-                .iter()
-                .filter(|m| !m.deleted && (m.thread == place || m.space == place))
-                .cloned()
-                .collect()
+            state.messages.iter().filter(|m| !m.deleted && (m.thread == place || m.space == place)).cloned().collect()
         })
     }
 
@@ -479,11 +474,7 @@ impl FakeGoogleChat {
     /// Pub/Sub message `id`: (delivery attempts, acknowledged).
     pub fn delivery(&self, id: &str) -> Option<(u32, bool)> {
         self.shared.read(|state| {
-            state
-                .published
-                .iter()
-                .find(|m| m.id == id)
-                .map(|m| (m.attempts, m.lease == state::Lease::Acked))
+            state.published.iter().find(|m| m.id == id).map(|m| (m.attempts, m.lease == state::Lease::Acked))
         })
     }
 
@@ -590,7 +581,8 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         match serde_json::from_slice(&bytes) {
             Ok(body) => body,
             Err(error) => {
-                let error = GoogleError::new(400, "INVALID_ARGUMENT", format!("Invalid JSON payload received. {error}"));
+                let error =
+                    GoogleError::new(400, "INVALID_ARGUMENT", format!("Invalid JSON payload received. {error}"));
                 return json_response(400, &error.body());
             }
         }
@@ -681,9 +673,11 @@ fn route(
     let segments: Vec<&str> = rest.split('/').collect();
     match (method.as_str(), segments.as_slice()) {
         ("POST", [space, "messages"]) => state.create(&format!("spaces/{space}"), query, body),
-        ("PATCH" | "PUT", [space, "messages", message]) => {
-            state.patch(&format!("spaces/{space}/messages/{message}"), query.get("updateMask").map(String::as_str), body)
-        }
+        ("PATCH" | "PUT", [space, "messages", message]) => state.patch(
+            &format!("spaces/{space}/messages/{message}"),
+            query.get("updateMask").map(String::as_str),
+            body,
+        ),
         ("DELETE", [space, "messages", message]) => state.delete(&format!("spaces/{space}/messages/{message}")),
         ("GET", [space, "messages", message]) => state.get(&format!("spaces/{space}/messages/{message}")),
         _ => Err(not_found()),

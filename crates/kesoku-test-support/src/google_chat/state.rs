@@ -127,7 +127,8 @@ impl FakeState {
 
     /// The JWT bearer grant: checks the assertion as Google does, then issues a token.
     pub(super) fn grant(&mut self, form: &HashMap<String, String>) -> Result<Value, (u16, Value)> {
-        let refuse = |error: &str, description: &str| (400, json!({ "error": error, "error_description": description }));
+        let refuse =
+            |error: &str, description: &str| (400, json!({ "error": error, "error_description": description }));
         if form.get("grant_type").map(String::as_str) != Some("urn:ietf:params:oauth:grant-type:jwt-bearer") {
             return Err(refuse("unsupported_grant_type", "Invalid grant_type"));
         }
@@ -352,7 +353,11 @@ impl FakeState {
         body: &Value,
     ) -> Result<Value, GoogleError> {
         if !self.spaces.contains_key(space) {
-            return Err(GoogleError::new(404, "NOT_FOUND", format!("Space {space} not found or the app is not a member.")));
+            return Err(GoogleError::new(
+                404,
+                "NOT_FOUND",
+                format!("Space {space} not found or the app is not a member."),
+            ));
         }
         if let Some(request_id) = query.get("requestId")
             && let Some(name) = self.request_ids.get(&(space.to_owned(), request_id.clone()))
@@ -369,11 +374,17 @@ impl FakeState {
                 return Err(GoogleError::new(
                     400,
                     "INVALID_ARGUMENT",
-                    format!("Invalid message ID `{id}`: it must start with `client-`, be at most 63 characters, and contain only lowercase letters, numbers and hyphens."),
+                    format!(
+                        "Invalid message ID `{id}`: it must start with `client-`, be at most 63 characters, and contain only lowercase letters, numbers and hyphens."
+                    ),
                 ));
             }
             if self.messages.iter().any(|message| message.name == format!("{space}/messages/{id}")) {
-                return Err(GoogleError::new(409, "ALREADY_EXISTS", format!("Message {space}/messages/{id} already exists.")));
+                return Err(GoogleError::new(
+                    409,
+                    "ALREADY_EXISTS",
+                    format!("Message {space}/messages/{id} already exists."),
+                ));
             }
         }
         let text = body.get("text").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -429,7 +440,10 @@ impl FakeState {
             return Err(GoogleError::new(400, "INVALID_ARGUMENT", "update_mask is required."));
         };
         let fields: Vec<&str> = mask.split(',').map(str::trim).collect();
-        if let Some(bad) = fields.iter().find(|field| !["text", "cardsV2", "cards_v2", "attachment", "accessoryWidgets"].contains(field)) {
+        if let Some(bad) = fields
+            .iter()
+            .find(|field| !["text", "cardsV2", "cards_v2", "attachment", "accessoryWidgets"].contains(field))
+        {
             return Err(GoogleError::new(400, "INVALID_ARGUMENT", format!("Invalid update_mask field `{bad}`.")));
         }
         Self::check_content(body)?;

@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 
 use kesoku_chatbots::answer::markers;
 use kesoku_chatbots::chunk::chunk_text;
+use kesoku_chatbots::google_chat::Credentials;
 use kesoku_chatbots::google_chat::auth::assertion;
 use kesoku_chatbots::google_chat::format::to_chat_text;
 use kesoku_chatbots::google_chat::outbound::CHUNK_CHARS;
 use kesoku_chatbots::google_chat::rest::client_message_id;
-use kesoku_chatbots::google_chat::Credentials;
 use kesoku_chatbots::ingest::platform_message_id;
 use kesoku_core::{Message, MessageFilter, MessageType, Role, Status};
 use kesoku_store::StoreHandle;
@@ -23,7 +23,8 @@ use serde_json::{Value, json};
 use crate::support::{Service, Workspace, stderr};
 
 const WAIT: Duration = Duration::from_secs(30);
-const SERVICE_ENV: [(&str, &str); 2] = [("KESOKU_LOG", "info,kesoku_chatbots=debug"), ("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY)];
+const SERVICE_ENV: [(&str, &str); 2] =
+    [("KESOKU_LOG", "info,kesoku_chatbots=debug"), ("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY)];
 
 struct Rig {
     fake: FakeGoogleChat,
@@ -60,7 +61,15 @@ async fn rig(replies: Vec<MockReply>, extra: &str) -> Rig {
     let url = format!("sqlite://{}", workspace.path().join(".kesoku/kesoku.db").display());
     let store = kesoku_store::open_existing(&url).await.expect("open the workspace's store");
     let service = Service::spawn(&workspace, "service.log", &SERVICE_ENV);
-    let rig = Rig { fake, model, workspace, store, service: Some(service), room, chii: FakeUser::new(7, "Chii", "chii@example.com") };
+    let rig = Rig {
+        fake,
+        model,
+        workspace,
+        store,
+        service: Some(service),
+        room,
+        chii: FakeUser::new(7, "Chii", "chii@example.com"),
+    };
     rig.wait_pulling().await;
     rig
 }
@@ -72,8 +81,9 @@ impl Rig {
 
     async fn wait_pulling(&self) {
         let before = self.fake.requests().iter().filter(|r| r.path.ends_with(":pull")).count();
-        let pulling =
-            self.fake.wait_for(|fake| fake.requests().iter().filter(|r| r.path.ends_with(":pull")).count() > before, WAIT);
+        let pulling = self
+            .fake
+            .wait_for(|fake| fake.requests().iter().filter(|r| r.path.ends_with(":pull")).count() > before, WAIT);
         assert!(pulling.await, "the service pulls the subscription; log:\n{}", self.log());
     }
 
@@ -169,11 +179,8 @@ async fn a_tool_turn_updates_one_card_and_answers_in_the_same_thread() {
     assert!(messages[0].edits >= 2, "the card was updated in place: {}", messages[0].edits);
     assert_eq!(messages[1].text, "All *5* tests passed.");
     // The card was ⏳ while the call ran.
-    let hourglass = rig
-        .fake
-        .requests()
-        .iter()
-        .any(|r| r.body.to_string().contains("⏳ run_shell_command echo 5 passed"));
+    let hourglass =
+        rig.fake.requests().iter().any(|r| r.body.to_string().contains("⏳ run_shell_command echo 5 passed"));
     assert!(hourglass, "the call showed ⏳ before ✅");
     assert!(rig.fake.all_acked(), "the event was acknowledged");
 }
@@ -222,11 +229,12 @@ async fn an_outage_of_the_chat_api_delays_but_sends_every_chunk_once() {
         .map(|chunk| to_chat_text(chunk))
         .collect();
     assert!(expected.len() >= 3, "{} chunks", expected.len());
-    let parts = rig.eventually("every chunk", || async {
-        let parts = rig.parts_in(&said.thread);
-        (parts.len() >= expected.len()).then_some(parts)
-    })
-    .await;
+    let parts = rig
+        .eventually("every chunk", || async {
+            let parts = rig.parts_in(&said.thread);
+            (parts.len() >= expected.len()).then_some(parts)
+        })
+        .await;
     let texts: Vec<&str> = parts.iter().map(|m| m.text.as_str()).collect();
     assert_eq!(texts, expected, "every chunk exactly once, in order");
     assert_eq!(rig.fake.requests().iter().filter(|r| r.status == 503).count(), 3, "the outage hit");
@@ -234,13 +242,15 @@ async fn an_outage_of_the_chat_api_delays_but_sends_every_chunk_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_delivery_then_a_restart_delivers_the_rest_exactly_once() {
-    let text = (1..=400).map(|i| format!("Paragraph {i}: what the module keeps and why.")).collect::<Vec<_>>().join("\n");
+    let text =
+        (1..=400).map(|i| format!("Paragraph {i}: what the module keeps and why.")).collect::<Vec<_>>().join("\n");
     let mut rig = rig(vec![MockReply::text(text.clone())], "").await;
     // The card and the first chunk go through, then every call fails; kill the service while
     // it retries.
     rig.fake.fail_chat_after(2, 10_000, 503);
     let said = rig.fake.user_says(&rig.room, None, &rig.chii, "Explain everything");
-    let first = rig.fake.wait_for(|fake| fake.messages_in(&said.thread).iter().any(|m| m.name.contains("client-p-")), WAIT);
+    let first =
+        rig.fake.wait_for(|fake| fake.messages_in(&said.thread).iter().any(|m| m.name.contains("client-p-")), WAIT);
     assert!(first.await, "the first chunk arrives; log:\n{}", rig.log());
     let failing = rig.fake.wait_for(|fake| fake.requests().iter().any(|r| r.status == 503), WAIT);
     assert!(failing.await);
@@ -299,12 +309,26 @@ async fn sigkill_mid_delivery_then_a_restart_delivers_the_rest_exactly_once() {
         .await;
     let texts: Vec<&str> = parts.iter().map(|m| m.text.as_str()).collect();
     assert_eq!(texts, expected, "every chunk exactly once, in order");
-    let sent_again = rig
-        .fake
-        .requests()
-        .iter()
-        .filter(|r| r.status == 200 && r.query.get("requestId") == Some(&id))
-        .count();
+    let sent_again =
+        rig.fake.requests().iter().filter(|r| r.status == 200 && r.query.get("requestId") == Some(&id)).count();
     assert_eq!(sent_again, 2, "the restart sent the unrecorded chunk again; its requestId kept it single");
     assert_eq!(rig.model.requests().len(), 1, "the turn was not run again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_credentials_the_start_is_refused_naming_what_to_set() {
+    let fake = FakeGoogleChat::start(FakeGoogleChatOptions::default());
+    let model = MockServer::start(Vendor::Gemini, Vec::new()).await;
+    let text = config(&fake, &model, "").replace("credentials_file = \"google-key.json\"\n", "");
+    let workspace = Workspace::with_config(&text);
+    let init = workspace.run(&["init"], &[]).await;
+    assert!(init.status.success(), "init failed: {}", stderr(&init));
+    let home = workspace.path().display().to_string();
+    let env = [("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY), ("GOOGLE_APPLICATION_CREDENTIALS", ""), ("HOME", home.as_str())];
+    let started = tokio::time::timeout(WAIT, workspace.run(&["start"], &env)).await.expect("start gives up at once");
+    assert!(!started.status.success());
+    let error = stderr(&started);
+    assert!(error.contains("GOOGLE_APPLICATION_CREDENTIALS") && error.contains("credentials_file"), "{error}");
+    assert!(error.contains("[[chatbots.google_chat]] id = \"google_chat\""), "the entry is named: {error}");
+    assert!(fake.requests().is_empty(), "nothing was called");
 }

@@ -4,8 +4,8 @@
 
 mod chat;
 mod discord;
-mod google_chat;
 mod followups;
+mod google_chat;
 mod jobs;
 mod local;
 mod repl;
