@@ -220,6 +220,20 @@ async fn failed_pulls_are_retried() {
 }
 
 #[tokio::test]
+async fn a_pull_whose_answer_was_lost_is_delivered_again_after_the_lease() {
+    let rig = Rig::start(FakeGoogleChatOptions::default(), Vec::new()).await;
+    rig.fake.lose_pulls(1);
+    let said = rig.fake.user_says(&rig.room, None, &rig.alice, "lost on the way");
+    let lost = rig.fake.wait_for(|fake| fake.delivery(&said.pubsub_id) == Some((1, false)), WAIT).await;
+    assert!(lost, "the message was leased by the lost pull");
+    assert!(rig.stored(&said).await.is_none(), "the adapter never saw it");
+    rig.fake.expire_leases();
+    rig.wait_stored(&said).await;
+    rig.wait_acked(&said.pubsub_id).await;
+    assert_eq!(rig.fake.delivery(&said.pubsub_id), Some((2, true)));
+}
+
+#[tokio::test]
 async fn a_duplicate_event_is_stored_once_and_acknowledged() {
     let rig = Rig::start(FakeGoogleChatOptions::default(), Vec::new()).await;
     let said = rig.fake.user_says(&rig.room, None, &rig.alice, "say it once");

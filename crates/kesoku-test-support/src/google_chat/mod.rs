@@ -6,7 +6,7 @@
 //! One axum server on `127.0.0.1:0`. Tests play the people ([`FakeGoogleChat::user_says`],
 //! [`FakeGoogleChat::click`], [`FakeGoogleChat::add_app_to_space`]) — each publishes the Chat
 //! event Chat would publish to the app's topic —, inject faults ([`FakeGoogleChat::fail_chat`],
-//! [`FakeGoogleChat::fail_pulls`], [`FakeGoogleChat::fail_acks`],
+//! [`FakeGoogleChat::fail_pulls`], [`FakeGoogleChat::fail_acks`], [`FakeGoogleChat::lose_pulls`],
 //! [`FakeGoogleChat::expire_tokens`], [`FakeGoogleChat::expire_leases`]) and read what the app
 //! did ([`FakeGoogleChat::messages_in`], [`FakeGoogleChat::requests`], …).
 //!
@@ -422,6 +422,13 @@ impl FakeGoogleChat {
         self.shared.update(|state| state.pull_faults.extend(std::iter::repeat_n(status, n)));
     }
 
+    /// The answers of the next `n` pulls that deliver something are lost (after the messages
+    /// were leased, as when a connection drops mid-answer): those messages come again once
+    /// their lease ends.
+    pub fn lose_pulls(&self, n: usize) {
+        self.shared.update(|state| state.lost_pulls += n);
+    }
+
     /// The next `n` acknowledge calls fail (503), as if the app died before acknowledging.
     pub fn fail_acks(&self, n: usize) {
         self.shared.update(|state| state.ack_faults += n);
@@ -433,6 +440,7 @@ impl FakeGoogleChat {
             state.chat_faults.clear();
             state.pull_faults.clear();
             state.ack_faults = 0;
+            state.lost_pulls = 0;
         });
     }
 

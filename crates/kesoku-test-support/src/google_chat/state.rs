@@ -91,6 +91,8 @@ pub struct FakeState {
     pub(super) chat_faults: Vec<u16>,
     pub(super) pull_faults: Vec<u16>,
     pub(super) ack_faults: usize,
+    /// Pulls whose answer is lost after the messages were leased.
+    pub(super) lost_pulls: usize,
     pub(super) next_id: u64,
 }
 
@@ -110,6 +112,7 @@ impl FakeState {
             chat_faults: Vec::new(),
             pull_faults: Vec::new(),
             ack_faults: 0,
+            lost_pulls: 0,
             next_id: 1,
         }
     }
@@ -277,6 +280,16 @@ impl FakeState {
         }
         if received.is_empty() {
             return Ok(json!({}));
+        }
+        if self.lost_pulls > 0 {
+            // The messages are leased, but the answer never reaches the subscriber: they come
+            // again once the lease ends.
+            self.lost_pulls -= 1;
+            return Err(GoogleError::new(
+                503,
+                "UNAVAILABLE",
+                "The service was unable to fulfill your request (connection lost).",
+            ));
         }
         Ok(json!({ "receivedMessages": received }))
     }
