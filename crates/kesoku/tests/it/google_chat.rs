@@ -91,7 +91,14 @@ impl Rig {
     where
         F: Future<Output = Option<T>>,
     {
-        let deadline = Instant::now() + WAIT;
+        self.eventually_within(what, WAIT, probe).await
+    }
+
+    async fn eventually_within<T, F>(&self, what: &str, wait: Duration, probe: impl Fn() -> F) -> T
+    where
+        F: Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + wait;
         loop {
             if let Some(value) = probe().await {
                 return value;
@@ -188,15 +195,16 @@ async fn a_tool_turn_updates_one_card_and_answers_in_the_same_thread() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cron_job_delivers_into_a_google_chat_thread() {
     let thread = "spaces/ROOM/threads/standup";
-    // One run, a few seconds from now (six fields, seconds first, UTC).
+    // Once a minute, at a second a few seconds from now (six fields, seconds first): a slow
+    // start misses only the first slot, and the test ends well before a second one.
     let at = chrono::Utc::now() + chrono::Duration::seconds(5);
-    let schedule = at.format("%S %M %H * * *").to_string();
+    let schedule = at.format("%S * * * * *").to_string();
     let cron = format!(
         "[[cron]]\nname = \"standup\"\nschedule = \"{schedule}\"\nprompt = \"Say good morning\"\nchatbot = \"google_chat\"\nchannel = \"{thread}\"\n"
     );
     let rig = rig(vec![MockReply::text("Good morning, team.")], &cron).await;
     let root = rig
-        .eventually("the cron job's message", || async {
+        .eventually_within("the cron job's message", Duration::from_secs(75), || async {
             let filter = MessageFilter::default().with_chatbot("google_chat").with_roles(&[Role::User]);
             let messages = rig.store.store.list_messages(&filter).await.expect("list");
             messages.into_iter().find(|m| m.metadata.cron_job.as_deref() == Some("standup"))
