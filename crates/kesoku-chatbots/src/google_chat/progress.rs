@@ -108,7 +108,8 @@ pub fn step_lines(root: &MessageId, messages: &[Message]) -> Vec<String> {
 pub struct Progress {
     rest: ChatRest,
     store: Arc<dyn Store>,
-    /// Roots whose card this process created or found (short sections, never across awaits).
+    /// Roots of running turns whose card this process created or found (short sections, never
+    /// held across awaits); a finished turn's root is removed.
     created: Mutex<HashSet<MessageId>>,
 }
 
@@ -223,7 +224,11 @@ impl Progress {
         let body = card_body(state, &self.lines(root, session).await?);
         let name = format!("{}/messages/{}", place.space, Self::card_id(root));
         match self.rest.patch_message(&name, &body, "cardsV2").await {
-            Ok(()) | Err(ApiError::Permanent { status: 404, .. }) => Ok(()),
+            Ok(()) | Err(ApiError::Permanent { status: 404, .. }) => {
+                // The turn is over: forget its card (a late update finds it again by its id).
+                self.created().remove(root);
+                Ok(())
+            }
             Err(error) => Err(error),
         }
     }

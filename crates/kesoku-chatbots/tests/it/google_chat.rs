@@ -76,8 +76,14 @@ impl Rig {
         let handle = kesoku_store::open(&url).await.expect("open a sqlite store");
         let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
         let workspace = TempDir::new().expect("workspace");
-        let mut rig = Rig {
-            chatbot: Arc::new(build(&fake, &gateway, &config, &workspace).chatbot()),
+        // One app, as `kesoku start` builds it: the pull loop and delivery share its clients
+        // (and so its access token).
+        let google = build(&fake, &gateway, &config, &workspace);
+        let chatbot = Arc::new(google.chatbot());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(google.run(shutdown.clone()));
+        Rig {
+            chatbot,
             fake,
             gateway,
             config,
@@ -86,15 +92,13 @@ impl Rig {
             alice: FakeUser::new(1001, "Alice", "alice@example.com"),
             bob: FakeUser::new(1002, "Bob", "bob@example.com"),
             workspace,
-            shutdown: CancellationToken::new(),
-            task: None,
+            shutdown,
+            task: Some(task),
             _db: db,
-        };
-        rig.run_adapter();
-        rig
+        }
     }
 
-    /// Start (or start again) the pull loop.
+    /// Start the pull loop again (a new process's, with its own clients).
     pub fn run_adapter(&mut self) {
         let google = build(&self.fake, &self.gateway, &self.config, &self.workspace);
         self.shutdown = CancellationToken::new();
@@ -204,7 +208,7 @@ async fn a_token_refused_with_401_is_replaced_and_the_call_made_again() {
     rig.gateway.post(&answer).await.expect("post");
     let outcome = rig.deliverer().deliver(rig.chatbot.as_ref(), &answer).await.expect("deliver");
     assert_eq!(outcome, kesoku_chatbots::Delivered::Shown);
-    assert_eq!(rig.fake.tokens_issued(), 3);
+    assert_eq!(rig.fake.tokens_issued(), 3, "one more token, shared by delivery and the pull loop");
     assert_eq!(rig.visible(&second.thread).iter().filter(|t| t.contains("Answer after a 401.")).count(), 1);
 }
 
