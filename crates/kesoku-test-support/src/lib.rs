@@ -1,9 +1,10 @@
 //! Test-only helpers shared by the crates' integration tests: a fresh database (SQLite file or
 //! PostgreSQL schema) per test, mock vendor LLM servers speaking the real wire formats, a fake
-//! Discord (gateway and REST), fixtures.
+//! Discord (gateway and REST), a fake Google Chat (token endpoint, Pub/Sub, Chat REST), fixtures.
 //!
 //! Never a dependency of production code.
 
 pub mod db;
 pub mod discord;
+pub mod google_chat;
 pub mod mock_llm;

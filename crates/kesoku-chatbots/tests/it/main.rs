@@ -1,5 +1,5 @@
 //! Chatbot behaviour over a real SQLite store: the seam (delivery, ingestion), the shared
-//! commands, the CLI chatbot, the Discord adapter against the fake Discord, the conformance kit
+//! commands, the CLI chatbot, the Discord and Google Chat adapters against their fakes, the conformance kit
 //! run by both, cron.
 
 #![allow(clippy::expect_used, clippy::panic)]
@@ -12,5 +12,7 @@ mod delivery;
 mod discord;
 mod discord_catchup;
 mod discord_conformance;
+mod google_chat;
+mod google_chat_conformance;
 mod seam;
 mod support;

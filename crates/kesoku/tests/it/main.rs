@@ -5,6 +5,7 @@
 mod chat;
 mod discord;
 mod followups;
+mod google_chat;
 mod jobs;
 mod local;
 mod repl;
