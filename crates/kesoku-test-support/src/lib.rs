@@ -7,3 +7,4 @@
 pub mod db;
 pub mod discord;
 pub mod mock_llm;
+pub mod wechat;

@@ -157,7 +157,31 @@ fn math(text: &str) -> String {
     for (command, symbol) in SYMBOLS {
         text = text.replace(command, symbol);
     }
-    text.replace("^{", "^(").replace("_{", "_(").replace(['{', '}'], "")
+    text = scripts(&text);
+    text.replace(['{', '}'], "")
+}
+
+/// `^{2}` → `^2`, `^{n+1}` → `^(n+1)` (and the same for `_`).
+fn scripts(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['^', '_']) {
+        out.push_str(&rest[..=at]);
+        let after = &rest[at + 1..];
+        match braced(after) {
+            Some((inner, used)) if inner.chars().count() == 1 => {
+                out.push_str(inner);
+                rest = &after[used..];
+            }
+            Some((inner, used)) => {
+                out.push_str(&format!("({inner})"));
+                rest = &after[used..];
+            }
+            None => rest = after,
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `$x$` → `x` when it looks like math (no space inside the dollars, not `$5 and $10`).
@@ -267,7 +291,8 @@ mod tests {
 
     #[test]
     fn latex_becomes_unicode() {
-        check("Area: $\\frac{a}{b} \\times r^{2}$", "Area: (a)/(b) × r^(2)");
+        check("Area: $\\frac{a}{b} \\times r^{2}$", "Area: (a)/(b) × r^2");
+        check("$e^{i\\pi} + x_{n+1}$", "e^(iπ) + x_(n+1)");
         check("$$\n\\sqrt{x} \\leq \\infty\n$$", "√(x) ≤ ∞");
         check("It costs $5 and $10.", "It costs $5 and $10.");
     }
