@@ -14,3 +14,5 @@ mod discord_catchup;
 mod discord_conformance;
 mod seam;
 mod support;
+mod wechat;
+mod wechat_conformance;

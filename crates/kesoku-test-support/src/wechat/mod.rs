@@ -71,6 +71,8 @@ pub enum Fault {
     Drop,
     /// `ret: -1` with a message (a failure the body reports).
     Ret,
+    /// HTTP 400: a request the server will never accept.
+    BadRequest,
 }
 
 /// A message the bot sent, as the person sees it.
@@ -116,7 +118,10 @@ pub struct FakeState {
     sent_by_client_id: HashMap<String, String>,
     typing: Vec<(String, i64)>,
     calls: Vec<String>,
-    faults: Vec<Fault>,
+    /// Faults queued per endpoint name (`getupdates`, `sendmessage`, …).
+    faults: Vec<(String, Fault)>,
+    /// The `get_updates_buf` of each `getupdates`, oldest first.
+    cursors: Vec<String>,
     session_expired: bool,
     qr_codes: Vec<(String, String)>,
     uploads: HashMap<String, Upload>,
@@ -203,9 +208,10 @@ impl Server {
         if !body.get("base_info").is_some_and(Value::is_object) {
             return Err(api_error(StatusCode::BAD_REQUEST, "base_info is required"));
         }
-        if !state.faults.is_empty() {
-            let fault = state.faults.remove(0);
+        if let Some(index) = state.faults.iter().position(|(name, _)| name == endpoint) {
+            let (_, fault) = state.faults.remove(index);
             return Err(match fault {
+                Fault::BadRequest => api_error(StatusCode::BAD_REQUEST, "the fake refuses this call"),
                 Fault::ServerError => api_error(StatusCode::INTERNAL_SERVER_ERROR, "the fake failed this call"),
                 Fault::Drop => dropped(),
                 Fault::Ret => axum::Json(json!({ "ret": -1, "errmsg": "system busy" })).into_response(),
@@ -227,6 +233,7 @@ async fn getupdates(State(server): State<Server>, headers: HeaderMap, axum::Json
     let Some(cursor) = body.get("get_updates_buf").and_then(Value::as_str).map(str::to_owned) else {
         return api_error(StatusCode::BAD_REQUEST, "get_updates_buf is required (\"\" at first)");
     };
+    server.lock().cursors.push(cursor.clone());
     let from: usize = cursor.strip_prefix("cur-").and_then(|n| n.parse().ok()).unwrap_or(0);
     let mut changes = server.updates.subscribe();
     let hold = server.lock().options().hold;
@@ -552,9 +559,15 @@ impl FakeWeChat {
         CdnRef { encrypt_query_param: param }
     }
 
-    /// The next `n` authenticated calls meet `fault`.
-    pub fn fail_next(&self, n: usize, fault: Fault) {
-        self.server.lock().faults.extend(std::iter::repeat_n(fault, n));
+    /// The next `n` calls of `endpoint` (`getupdates`, `sendmessage`, `getuploadurl`, …) meet
+    /// `fault`.
+    pub fn fail_next(&self, endpoint: &str, n: usize, fault: Fault) {
+        self.server.lock().faults.extend(std::iter::repeat_n((endpoint.to_owned(), fault), n));
+    }
+
+    /// The `get_updates_buf` each `getupdates` carried, oldest first.
+    pub fn cursors(&self) -> Vec<String> {
+        self.server.lock().cursors.clone()
     }
 
     /// From now on every authenticated call answers errcode -14 (until [`Self::renew_session`]).
@@ -637,6 +650,10 @@ impl FakeState {
 
     pub fn calls(&self) -> &[String] {
         &self.calls
+    }
+
+    pub fn pending_faults(&self) -> usize {
+        self.faults.len()
     }
 
     pub fn qr_count(&self) -> usize {
