@@ -120,6 +120,8 @@ pub struct FakeState {
     calls: Vec<String>,
     /// Faults queued per endpoint name (`getupdates`, `sendmessage`, …).
     faults: Vec<(String, Fault)>,
+    /// Calls per endpoint still answered normally before its queued faults apply.
+    passes: HashMap<String, usize>,
     /// The `get_updates_buf` of each `getupdates`, oldest first.
     cursors: Vec<String>,
     session_expired: bool,
@@ -208,7 +210,10 @@ impl Server {
         if !body.get("base_info").is_some_and(Value::is_object) {
             return Err(api_error(StatusCode::BAD_REQUEST, "base_info is required"));
         }
-        if let Some(index) = state.faults.iter().position(|(name, _)| name == endpoint) {
+        let passing = state.passes.get(endpoint).copied().unwrap_or(0);
+        if passing > 0 {
+            state.passes.insert(endpoint.to_owned(), passing - 1);
+        } else if let Some(index) = state.faults.iter().position(|(name, _)| name == endpoint) {
             let (_, fault) = state.faults.remove(index);
             return Err(match fault {
                 Fault::BadRequest => api_error(StatusCode::BAD_REQUEST, "the fake refuses this call"),
@@ -563,6 +568,29 @@ impl FakeWeChat {
     /// `fault`.
     pub fn fail_next(&self, endpoint: &str, n: usize, fault: Fault) {
         self.server.lock().faults.extend(std::iter::repeat_n((endpoint.to_owned(), fault), n));
+    }
+
+    /// The next `pass` calls of `endpoint` succeed, then `n` meet `fault`.
+    pub fn fail_after(&self, endpoint: &str, pass: usize, n: usize, fault: Fault) {
+        let mut state = self.server.lock();
+        state.passes.insert(endpoint.to_owned(), pass);
+        state.faults.extend(std::iter::repeat_n((endpoint.to_owned(), fault), n));
+    }
+
+    /// Forget every queued fault: the API works again.
+    pub fn clear_faults(&self) {
+        let mut state = self.server.lock();
+        state.faults.clear();
+        state.passes.clear();
+    }
+
+    /// A context token for `peer`, as if it had written to the bot (a room that spoke before
+    /// the test began).
+    pub fn grant_context_token(&self, peer: &str) -> String {
+        let mut state = self.server.lock();
+        let token = format!("ctx-{peer}-granted-{}", state.id());
+        state.context_tokens.entry(peer.to_owned()).or_default().insert(token.clone());
+        token
     }
 
     /// The `get_updates_buf` each `getupdates` carried, oldest first.

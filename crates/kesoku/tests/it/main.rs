@@ -11,3 +11,4 @@ mod repl;
 mod service;
 mod support;
 mod triggers;
+mod wechat;
