@@ -473,11 +473,7 @@ pub async fn get_qrcode_status(
     let mut address = reqwest::Url::parse(&url(base_url, ENDPOINT))
         .map_err(|_| ApiError::Permanent { endpoint: ENDPOINT, reason: format!("`{base_url}` is not a url") })?;
     address.query_pairs_mut().append_pair("qrcode", qrcode);
-    let sent = http
-        .get(address)
-        .timeout(Duration::from_secs(40))
-        .send()
-        .await;
+    let sent = http.get(address).timeout(Duration::from_secs(40)).send().await;
     match sent {
         Ok(response) => read(ENDPOINT, response).await,
         Err(error) if error.is_timeout() => Ok(QrStatusResponse { status: "wait".to_owned(), ..Default::default() }),
@@ -501,7 +497,8 @@ mod tests {
     #[test]
     fn secrets_stay_out_of_debug() {
         assert_eq!(format!("{:?}", BotToken::new("s3cret")), "BotToken([redacted])");
-        let status = QrStatusResponse { status: "confirmed".into(), bot_token: Some("s3cret".into()), ..Default::default() };
+        let status =
+            QrStatusResponse { status: "confirmed".into(), bot_token: Some("s3cret".into()), ..Default::default() };
         assert!(!format!("{status:?}").contains("s3cret"));
         let client = ILinkClient::new("http://x", BotToken::new("s3cret"));
         assert!(!format!("{client:?}").contains("s3cret"));

@@ -27,7 +27,7 @@ use super::Shared;
 use super::api::{ApiError, CdnMedia, MESSAGE_TYPE_BOT, MessageItem, WeixinMessage, item_type};
 use super::crypto::AesKey;
 use crate::commands::{self, CommandContext};
-use crate::ingest::{Ingested, Inbound, ingest};
+use crate::ingest::{Inbound, Ingested, ingest};
 use crate::staging::IncomingFile;
 
 /// The chatbot-state key of the `get_updates_buf` cursor.
@@ -269,7 +269,8 @@ fn media_of(item: &MessageItem, index: usize) -> Option<(CdnMedia, Result<AesKey
             let file = item.file_item.as_ref()?;
             let media = file.media.clone()?;
             let key = key_of(&media, None);
-            let name = file.file_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("file-{}", index + 1));
+            let name =
+                file.file_name.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| format!("file-{}", index + 1));
             Some((media, key, name))
         }
         item_type::VIDEO => {
@@ -349,7 +350,8 @@ mod tests {
 
     #[test]
     fn channel_key_and_text() {
-        let direct = WeixinMessage { from_user_id: "u1@im.wechat".into(), message_id: Some("9".into()), ..Default::default() };
+        let direct =
+            WeixinMessage { from_user_id: "u1@im.wechat".into(), message_id: Some("9".into()), ..Default::default() };
         assert_eq!(channel_of(&direct), "u1@im.wechat");
         assert_eq!(event_key(&direct).as_deref(), Some("9"));
         let room = WeixinMessage { group_id: Some("room1@chatroom".into()), seq: Some(4), ..direct.clone() };
@@ -357,7 +359,11 @@ mod tests {
         let no_id = WeixinMessage { message_id: None, seq: Some(4), ..direct };
         assert_eq!(event_key(&no_id).as_deref(), Some("seq4"));
         let items = vec![
-            MessageItem { item_type: item_type::TEXT, text_item: Some(TextItem { text: "hi".into() }), ..Default::default() },
+            MessageItem {
+                item_type: item_type::TEXT,
+                text_item: Some(TextItem { text: "hi".into() }),
+                ..Default::default()
+            },
             MessageItem {
                 item_type: item_type::VOICE,
                 voice_item: Some(VoiceItem { text: Some("call me".into()), ..Default::default() }),
@@ -371,6 +377,9 @@ mod tests {
     #[test]
     fn header_names_the_user_and_local_time() {
         let at = DateTime::<Utc>::from_timestamp(1_779_885_900, 0).expect("time");
-        assert_eq!(header("wxid_a", at, chrono_tz::Asia::Shanghai), "`wxid_a` at `2026-05-27 20:45:00 Asia/Shanghai`:\n");
+        assert_eq!(
+            header("wxid_a", at, chrono_tz::Asia::Shanghai),
+            "`wxid_a` at `2026-05-27 20:45:00 Asia/Shanghai`:\n"
+        );
     }
 }

@@ -92,11 +92,13 @@ impl Cdn {
 
     /// Where `media` is downloaded from, if it is on the configured CDN host.
     pub fn download_url(&self, media: &CdnMedia) -> Result<Url, MediaError> {
-        let allowed = Url::parse(&self.base_url).map_err(|_| MediaError::HostNotAllowed { allowed: self.base_url.clone() })?;
+        let allowed =
+            Url::parse(&self.base_url).map_err(|_| MediaError::HostNotAllowed { allowed: self.base_url.clone() })?;
         let url = match (media.full_url.as_deref().filter(|u| !u.is_empty()), media.encrypt_query_param.as_deref()) {
             (Some(full), _) => Url::parse(full).map_err(|_| MediaError::NoReference)?,
             (None, Some(param)) if !param.is_empty() => {
-                let mut url = Url::parse(&format!("{}/download", self.base_url)).map_err(|_| MediaError::NoReference)?;
+                let mut url =
+                    Url::parse(&format!("{}/download", self.base_url)).map_err(|_| MediaError::NoReference)?;
                 url.query_pairs_mut().append_pair("encrypted_query_param", param);
                 url
             }
@@ -252,7 +254,8 @@ mod tests {
         );
         let elsewhere = CdnMedia { full_url: Some("https://evil.example/x".into()), ..CdnMedia::default() };
         assert!(matches!(cdn.download_url(&elsewhere), Err(MediaError::HostNotAllowed { .. })));
-        let other_port = CdnMedia { full_url: Some("https://novac2c.cdn.weixin.qq.com:8443/x".into()), ..CdnMedia::default() };
+        let other_port =
+            CdnMedia { full_url: Some("https://novac2c.cdn.weixin.qq.com:8443/x".into()), ..CdnMedia::default() };
         assert!(matches!(cdn.download_url(&other_port), Err(MediaError::HostNotAllowed { .. })));
         assert!(matches!(cdn.download_url(&CdnMedia::default()), Err(MediaError::NoReference)));
     }

@@ -21,9 +21,7 @@ use async_trait::async_trait;
 use kesoku_core::{Message, Status};
 
 use super::Shared;
-use super::api::{
-    ApiError, MESSAGE_STATE_FINISH, MESSAGE_TYPE_BOT, MessageItem, TYPING_OFF, TYPING_ON, WeixinMessage,
-};
+use super::api::{ApiError, MESSAGE_STATE_FINISH, MESSAGE_TYPE_BOT, MessageItem, TYPING_OFF, TYPING_ON, WeixinMessage};
 use super::inbound::context_token_key;
 use super::media::{item_for, upload_type_of};
 use super::text::plain_text;
@@ -166,13 +164,17 @@ impl Chatbot for WeChatChatbot {
                     reason: format!("reading `{}` to upload it failed: {error}", path.display()),
                 })?;
                 let media_type = upload_type_of(name);
-                let uploaded = self.shared.cdn.upload(&self.shared.client, to, &bytes, media_type).await.map_err(|error| {
-                    if error.is_transient() {
-                        DeliveryError::Transient { reason: format!("uploading `{name}`: {error}"), retry_after: None }
-                    } else {
-                        DeliveryError::Permanent { reason: format!("uploading `{name}`: {error}") }
-                    }
-                })?;
+                let uploaded =
+                    self.shared.cdn.upload(&self.shared.client, to, &bytes, media_type).await.map_err(|error| {
+                        if error.is_transient() {
+                            DeliveryError::Transient {
+                                reason: format!("uploading `{name}`: {error}"),
+                                retry_after: None,
+                            }
+                        } else {
+                            DeliveryError::Permanent { reason: format!("uploading `{name}`: {error}") }
+                        }
+                    })?;
                 item_for(&uploaded, media_type, name)
             }
         };

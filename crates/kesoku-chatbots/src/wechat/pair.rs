@@ -78,7 +78,11 @@ pub async fn pair(base_url: &str, out: &mut (dyn Write + Send)) -> Result<Pairin
                 let fresh = get_bot_qrcode(&http, base_url).await?;
                 writeln!(out, "Scan this QR code with WeChat on your phone ({shown}/{MAX_QR_CODES}):\n")?;
                 writeln!(out, "{}", render_qr(&fresh.qrcode_img_content))?;
-                writeln!(out, "If the code does not show, open this link on your phone:\n{}\n", fresh.qrcode_img_content)?;
+                writeln!(
+                    out,
+                    "If the code does not show, open this link on your phone:\n{}\n",
+                    fresh.qrcode_img_content
+                )?;
                 out.flush()?;
                 qrcode.insert(fresh.qrcode)
             }

@@ -278,8 +278,10 @@ mod tests {
     #[test]
     fn headings_emphasis_links_and_lists() {
         check("# Report\n\n**Bold** and *italic* and `code`.", "Report\n\nBold and italic and code.");
-        check("See [the docs](https://example.com/docs) or ![chart](https://e.com/c.png).",
-              "See the docs (https://example.com/docs) or chart (https://e.com/c.png).");
+        check(
+            "See [the docs](https://example.com/docs) or ![chart](https://e.com/c.png).",
+            "See the docs (https://example.com/docs) or chart (https://e.com/c.png).",
+        );
         check("- one\n* two\n  - nested", "• one\n• two\n  • nested");
         check("2 * 3 = 6 and snake_case_name stays", "2 * 3 = 6 and snake_case_name stays");
     }

@@ -303,7 +303,11 @@ async fn a_file_the_answer_names_is_encrypted_uploaded_and_sent_as_a_media_item(
     let sent = rig.fake.sent();
     let file = sent.iter().find(|m| m.item_type == 4).expect("a file item");
     assert_eq!(file.file_name.as_deref(), Some("report.txt"));
-    assert_eq!(file.file.as_deref(), Some(VECTOR_PLAIN), "the CDN holds the file, encrypted with the key the item names");
+    assert_eq!(
+        file.file.as_deref(),
+        Some(VECTOR_PLAIN),
+        "the CDN holds the file, encrypted with the key the item names"
+    );
     let image = sent.iter().find(|m| m.item_type == 2).expect("an image item");
     assert_eq!(image.file.as_deref(), Some(&[0x89u8, b'P', b'N', b'G', 1, 2, 3][..]));
     assert_eq!(rig.fake.texts_to(ALICE), vec!["Here it is.".to_owned()]);

@@ -108,7 +108,7 @@ struct Upload {
 /// The fake's state.
 #[derive(Debug, Default)]
 pub struct FakeState {
-    options: Option<FakeWeChatOptions>,
+    options: FakeWeChatOptions,
     base_url: String,
     updates: Vec<Value>,
     next_message_id: u64,
@@ -133,7 +133,7 @@ pub struct FakeState {
 
 impl FakeState {
     fn options(&self) -> &FakeWeChatOptions {
-        self.options.as_ref().expect("the fake is started with options")
+        &self.options
     }
 
     fn id(&mut self) -> u64 {
@@ -192,7 +192,12 @@ fn dropped() -> Response {
 
 impl Server {
     /// Check an authenticated call; the fault or refusal to answer instead, if any.
-    fn check(&self, endpoint: &str, headers: &HeaderMap, body: &Value) -> Result<(), Response> {
+    fn check(&self, endpoint: &str, headers: &HeaderMap, body: &Value) -> Result<(), Box<Response>> {
+        self.check_unboxed(endpoint, headers, body).map_err(Box::new)
+    }
+
+    #[allow(clippy::result_large_err)] // Boxed by `check`, its only caller.
+    fn check_unboxed(&self, endpoint: &str, headers: &HeaderMap, body: &Value) -> Result<(), Response> {
         let mut state = self.lock();
         state.calls.push(endpoint.to_owned());
         if headers.get("AuthorizationType").and_then(|v| v.to_str().ok()) != Some("ilink_bot_token") {
@@ -233,7 +238,7 @@ impl Server {
 
 async fn getupdates(State(server): State<Server>, headers: HeaderMap, axum::Json(body): axum::Json<Value>) -> Response {
     if let Err(response) = server.check("getupdates", &headers, &body) {
-        return response;
+        return *response;
     }
     let Some(cursor) = body.get("get_updates_buf").and_then(Value::as_str).map(str::to_owned) else {
         return api_error(StatusCode::BAD_REQUEST, "get_updates_buf is required (\"\" at first)");
@@ -278,9 +283,13 @@ fn media_key(item: &Value) -> Option<Vec<u8>> {
     }
 }
 
-async fn sendmessage(State(server): State<Server>, headers: HeaderMap, axum::Json(body): axum::Json<Value>) -> Response {
+async fn sendmessage(
+    State(server): State<Server>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
     if let Err(response) = server.check("sendmessage", &headers, &body) {
-        return response;
+        return *response;
     }
     let msg = &body["msg"];
     let to = msg["to_user_id"].as_str().unwrap_or_default().to_owned();
@@ -328,7 +337,16 @@ async fn sendmessage(State(server): State<Server>, headers: HeaderMap, axum::Jso
     let id = state.id();
     let message_id = (7_000_000_000_000_000_000u64 + id).to_string();
     state.sent_by_client_id.insert(client_id.clone(), message_id.clone());
-    state.sent.push(SentMessage { to, client_id, message_id: message_id.clone(), item_type, text, file_name, file, item });
+    state.sent.push(SentMessage {
+        to,
+        client_id,
+        message_id: message_id.clone(),
+        item_type,
+        text,
+        file_name,
+        file,
+        item,
+    });
     // uint64 on the wire, as a number.
     Response::builder()
         .header("content-type", "application/json")
@@ -338,7 +356,7 @@ async fn sendmessage(State(server): State<Server>, headers: HeaderMap, axum::Jso
 
 async fn getconfig(State(server): State<Server>, headers: HeaderMap, axum::Json(body): axum::Json<Value>) -> Response {
     if let Err(response) = server.check("getconfig", &headers, &body) {
-        return response;
+        return *response;
     }
     let user = body["ilink_user_id"].as_str().unwrap_or_default();
     axum::Json(json!({ "ret": 0, "typing_ticket": STANDARD.encode(format!("ticket:{user}")) })).into_response()
@@ -346,7 +364,7 @@ async fn getconfig(State(server): State<Server>, headers: HeaderMap, axum::Json(
 
 async fn sendtyping(State(server): State<Server>, headers: HeaderMap, axum::Json(body): axum::Json<Value>) -> Response {
     if let Err(response) = server.check("sendtyping", &headers, &body) {
-        return response;
+        return *response;
     }
     let user = body["ilink_user_id"].as_str().unwrap_or_default().to_owned();
     let ticket = body["typing_ticket"].as_str().unwrap_or_default();
@@ -358,9 +376,13 @@ async fn sendtyping(State(server): State<Server>, headers: HeaderMap, axum::Json
     axum::Json(json!({ "ret": 0 })).into_response()
 }
 
-async fn getuploadurl(State(server): State<Server>, headers: HeaderMap, axum::Json(body): axum::Json<Value>) -> Response {
+async fn getuploadurl(
+    State(server): State<Server>,
+    headers: HeaderMap,
+    axum::Json(body): axum::Json<Value>,
+) -> Response {
     if let Err(response) = server.check("getuploadurl", &headers, &body) {
-        return response;
+        return *response;
     }
     let hex = body["aeskey"].as_str().unwrap_or_default();
     let aeskey: Option<Vec<u8>> = (hex.len() == 32)
@@ -373,7 +395,10 @@ async fn getuploadurl(State(server): State<Server>, headers: HeaderMap, axum::Js
         body["filesize"].as_u64(),
         body["rawfilemd5"].as_str(),
     ) else {
-        return api_error(StatusCode::BAD_REQUEST, "filekey, rawsize, rawfilemd5, filesize and a hex aeskey are required");
+        return api_error(
+            StatusCode::BAD_REQUEST,
+            "filekey, rawsize, rawfilemd5, filesize and a hex aeskey are required",
+        );
     };
     if !matches!(body["media_type"].as_i64(), Some(1..=4)) || body["to_user_id"].as_str().is_none_or(str::is_empty) {
         return api_error(StatusCode::BAD_REQUEST, "media_type (1-4) and to_user_id are required");
@@ -386,7 +411,11 @@ async fn getuploadurl(State(server): State<Server>, headers: HeaderMap, axum::Js
     axum::Json(json!({ "upload_param": param, "upload_full_url": full })).into_response()
 }
 
-async fn cdn_upload(State(server): State<Server>, Query(query): Query<HashMap<String, String>>, body: Bytes) -> Response {
+async fn cdn_upload(
+    State(server): State<Server>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
     let mut state = server.lock();
     state.calls.push("cdn_upload".to_owned());
     let param = query.get("encrypted_query_param").cloned().unwrap_or_default();
@@ -394,7 +423,8 @@ async fn cdn_upload(State(server): State<Server>, Query(query): Query<HashMap<St
         return (StatusCode::BAD_REQUEST, [("x-error-message", "unknown upload param")]).into_response();
     };
     if query.get("filekey") != Some(&upload.filekey) || body.len() as u64 != upload.filesize {
-        return (StatusCode::BAD_REQUEST, [("x-error-message", "filekey or size differs from getuploadurl")]).into_response();
+        return (StatusCode::BAD_REQUEST, [("x-error-message", "filekey or size differs from getuploadurl")])
+            .into_response();
     }
     let Some(plain) = decrypt(&upload.aeskey, &body) else {
         return (StatusCode::BAD_REQUEST, [("x-error-message", "the bytes do not open with the announced aeskey")])
@@ -469,10 +499,16 @@ async fn get_qrcode_status(State(server): State<Server>, Query(query): Query<Has
 
 impl FakeWeChat {
     pub async fn start(options: FakeWeChatOptions) -> FakeWeChat {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await.expect("bind the fake wechat");
-        let address = listener.local_addr().expect("its address");
+        let listener = match tokio::net::TcpListener::bind(("127.0.0.1", 0)).await {
+            Ok(listener) => listener,
+            Err(error) => panic!("binding the fake wechat on 127.0.0.1 failed: {error}"),
+        };
+        let address = match listener.local_addr() {
+            Ok(address) => address,
+            Err(error) => panic!("the fake wechat's address is unknown: {error}"),
+        };
         let base_url = format!("http://{address}");
-        let state = FakeState { options: Some(options), base_url: base_url.clone(), ..FakeState::default() };
+        let state = FakeState { options, base_url: base_url.clone(), ..FakeState::default() };
         let server =
             Server { state: Arc::new(Mutex::new(state)), updates: watch::channel(0).0, qr: watch::channel(0).0 };
         let app = Router::new()
@@ -547,7 +583,7 @@ impl FakeWeChat {
     /// Deliver the message `message_id` once more (a duplicate delivery).
     pub fn redeliver(&self, message_id: &str) {
         let mut state = self.server.lock();
-        let again = state.updates.iter().find(|m| m["message_id"].to_string() == message_id).cloned();
+        let again = state.updates.iter().find(|m| m["message_id"].as_u64().map(|id| id.to_string()).as_deref() == Some(message_id)).cloned();
         if let Some(again) = again {
             state.updates.push(again);
         }

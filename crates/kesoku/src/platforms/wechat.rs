@@ -80,7 +80,9 @@ pub fn start(platform: &Platform<'_>, entry: &WeChatConfig) -> anyhow::Result<Ve
         (None, Some(pairing)) => {
             let mut config = entry.clone();
             // The address the server named at pairing, unless the config names another.
-            if let Some(base_url) = pairing.base_url.clone().filter(|_| entry.base_url == WeChatConfig::default().base_url) {
+            if let Some(base_url) =
+                pairing.base_url.clone().filter(|_| entry.base_url == WeChatConfig::default().base_url)
+            {
                 config.base_url = base_url;
             }
             (pairing.bot_token(), pairing.user_id.clone(), config)
@@ -111,9 +113,10 @@ pub fn start(platform: &Platform<'_>, entry: &WeChatConfig) -> anyhow::Result<Ve
 pub async fn pair(config: &Config, id: Option<&str>) -> anyhow::Result<std::process::ExitCode> {
     let entries = &config.chatbots.wechat;
     let entry = match id {
-        Some(id) => entries.iter().find(|entry| entry.id == id).with_context(|| {
-            format!("{}: no [[chatbots.wechat]] entry has id = \"{id}\"", config.path.display())
-        })?,
+        Some(id) => entries
+            .iter()
+            .find(|entry| entry.id == id)
+            .with_context(|| format!("{}: no [[chatbots.wechat]] entry has id = \"{id}\"", config.path.display()))?,
         None => match entries.as_slice() {
             [only] => only,
             [] => bail!(

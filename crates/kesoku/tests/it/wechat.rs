@@ -208,7 +208,11 @@ async fn spec_6_2_a_cron_job_delivers_into_a_wechat_room() {
     assert_eq!(root.sender, "Cronjob");
     assert_eq!(root.metadata.is_cronjob, Some(true));
     assert!(root.content.starts_with("`Cronjob` at `"), "{}", root.content);
-    assert!(root.content.ends_with(" Asia/Shanghai`:\nRun active diagnostics and output status summary."), "{}", root.content);
+    assert!(
+        root.content.ends_with(" Asia/Shanghai`:\nRun active diagnostics and output status summary."),
+        "{}",
+        root.content
+    );
     let turn = rig.answered(&root).await;
     assert_eq!(
         shape(&turn),
