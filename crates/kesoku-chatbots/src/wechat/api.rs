@@ -58,6 +58,10 @@ pub enum ApiError {
     /// Worth trying again: connection, timeout, 5xx, 429, or a non-zero `ret` of unknown cause.
     #[error("wechat `{endpoint}` failed, will retry: {reason}")]
     Transient { endpoint: &'static str, reason: String },
+    /// No answer within the request's time limit (worth trying again; for the long poll, an
+    /// empty batch).
+    #[error("wechat `{endpoint}` did not answer in time, will retry")]
+    TimedOut { endpoint: &'static str },
     /// errcode -14: the bot's session is over until someone pairs again.
     #[error(
         "wechat `{endpoint}`: the bot's session expired (errcode -14): run `kesoku wechat pair` and restart the service; messages wait until then"
@@ -315,27 +319,18 @@ fn url(base_url: &str, endpoint: &str) -> String {
 }
 
 fn transport_error(endpoint: &'static str, error: &reqwest::Error) -> ApiError {
-    // The error's URL carries no secret (tokens travel in headers), but keep the text short.
-    ApiError::Transient { endpoint, reason: error.without_url_text() }
-}
-
-trait WithoutUrl {
-    fn without_url_text(&self) -> String;
-}
-
-impl WithoutUrl for reqwest::Error {
-    fn without_url_text(&self) -> String {
-        let kind = if self.is_timeout() {
-            "timed out"
-        } else if self.is_connect() {
-            "could not connect"
-        } else if self.is_body() || self.is_decode() {
-            "the connection broke while reading the answer"
-        } else {
-            "the request failed"
-        };
-        kind.to_owned()
+    // Only the kind of failure: the error's text would repeat the URL.
+    if error.is_timeout() {
+        return ApiError::TimedOut { endpoint };
     }
+    let reason = if error.is_connect() {
+        "could not connect"
+    } else if error.is_body() || error.is_decode() {
+        "the connection broke while reading the answer"
+    } else {
+        "the request failed"
+    };
+    ApiError::Transient { endpoint, reason: reason.to_owned() }
 }
 
 /// Read a response: classify the HTTP status and the body's `ret`/`errcode`.
@@ -406,7 +401,7 @@ impl ILinkClient {
     pub async fn get_updates(&self, cursor: &str, timeout: Duration) -> Result<GetUpdatesResponse, ApiError> {
         let body = json!({ "get_updates_buf": cursor });
         match self.post("ilink/bot/getupdates", body, timeout + Duration::from_secs(5)).await {
-            Err(ApiError::Transient { reason, .. }) if reason == "timed out" => {
+            Err(ApiError::TimedOut { .. }) => {
                 Ok(GetUpdatesResponse { get_updates_buf: Some(cursor.to_owned()), ..GetUpdatesResponse::default() })
             }
             other => other,

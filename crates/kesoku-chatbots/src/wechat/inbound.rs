@@ -47,6 +47,10 @@ pub struct PollOptions {
     pub max_backoff: Duration,
     /// Wait after an expired session before asking again.
     pub expired_backoff: Duration,
+    /// How often "typing…" is renewed while a turn runs (the reference client: 5 s).
+    pub typing_interval: Duration,
+    /// How long a turn shows "typing…" at most.
+    pub typing_cap: Duration,
 }
 
 impl Default for PollOptions {
@@ -56,6 +60,8 @@ impl Default for PollOptions {
             first_backoff: Duration::from_secs(2),
             max_backoff: Duration::from_secs(30),
             expired_backoff: Duration::from_secs(300),
+            typing_interval: Duration::from_secs(5),
+            typing_cap: Duration::from_secs(10 * 60),
         }
     }
 }

@@ -11,14 +11,17 @@
 //! An expired session (errcode -14) is a transient failure with a long wait and an error log
 //! saying to run `kesoku wechat pair`: the message stays pending, never lost, until the bot is
 //! paired again. While a turn runs the peer sees "typing…" (`getconfig` for the typing ticket,
-//! then `sendtyping`).
+//! then `sendtyping`, renewed every [`super::PollOptions::typing_interval`] for at most
+//! [`super::PollOptions::typing_cap`], cleared when the turn ends).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use kesoku_core::{Message, Status};
+use kesoku_core::{Message, MessageId, Status};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::api::{ApiError, MESSAGE_STATE_FINISH, MESSAGE_TYPE_BOT, MessageItem, TYPING_OFF, TYPING_ON, WeixinMessage};
@@ -66,7 +69,9 @@ pub fn numbered_question(prompt: &str, options: &[String]) -> String {
 
 fn delivery_error(chatbot_id: &str, error: ApiError) -> DeliveryError {
     match error {
-        ApiError::Transient { .. } => DeliveryError::Transient { reason: error.to_string(), retry_after: None },
+        ApiError::Transient { .. } | ApiError::TimedOut { .. } => {
+            DeliveryError::Transient { reason: error.to_string(), retry_after: None }
+        }
         ApiError::SessionExpired { .. } => {
             tracing::error!(chatbot_id, %error, "a wechat message waits for the bot to be paired again");
             DeliveryError::Transient { reason: error.to_string(), retry_after: Some(EXPIRED_RETRY) }
@@ -79,7 +84,9 @@ fn delivery_error(chatbot_id: &str, error: ApiError) -> DeliveryError {
 pub struct WeChatChatbot {
     shared: Arc<Shared>,
     /// Typing tickets per peer (short sections, never held across an await).
-    tickets: Mutex<HashMap<String, String>>,
+    tickets: Arc<Mutex<HashMap<String, String>>>,
+    /// The running turns' typing loops, by root message (short sections).
+    typing_loops: Mutex<HashMap<MessageId, (CancellationToken, JoinHandle<()>)>>,
 }
 
 impl std::fmt::Debug for WeChatChatbot {
@@ -90,7 +97,11 @@ impl std::fmt::Debug for WeChatChatbot {
 
 impl WeChatChatbot {
     pub(super) fn new(shared: Arc<Shared>) -> Self {
-        WeChatChatbot { shared, tickets: Mutex::new(HashMap::new()) }
+        WeChatChatbot {
+            shared,
+            tickets: Arc::new(Mutex::new(HashMap::new())),
+            typing_loops: Mutex::new(HashMap::new()),
+        }
     }
 
     async fn context_token(&self, channel_id: &str) -> Result<String, DeliveryError> {
@@ -108,24 +119,73 @@ impl WeChatChatbot {
         })
     }
 
-    async fn typing(&self, root: &Message, status: i64) -> Result<(), ApiError> {
-        let peer = root.channel_id.as_str();
-        let cached = self.tickets.lock().ok().and_then(|tickets| tickets.get(peer).cloned());
-        let ticket = match cached {
-            Some(ticket) => ticket,
-            None => {
-                let token = self.context_token(peer).await.ok();
-                let Some(ticket) = self.shared.client.typing_ticket(peer, token.as_deref()).await? else {
-                    return Ok(());
-                };
-                if let Ok(mut tickets) = self.tickets.lock() {
-                    tickets.insert(peer.to_owned(), ticket.clone());
+    /// Start renewing "typing…" for the turn of `root` until it ends (or the cap).
+    fn start_typing(&self, root: &Message) {
+        let stop = CancellationToken::new();
+        let Ok(mut loops) = self.typing_loops.lock() else { return };
+        if loops.contains_key(&root.id) {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        let tickets = Arc::clone(&self.tickets);
+        let peer = root.channel_id.clone();
+        let cancelled = stop.clone();
+        let task = tokio::spawn(async move {
+            let options = shared.poll;
+            let deadline = tokio::time::Instant::now() + options.typing_cap;
+            loop {
+                if let Err(error) = typing(&shared, &tickets, &peer, TYPING_ON).await {
+                    tracing::debug!(%error, channel_id = %peer, "wechat typing indicator not shown");
                 }
-                ticket
+                tokio::select! {
+                    () = cancelled.cancelled() => return,
+                    () = tokio::time::sleep(options.typing_interval) => {}
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return;
+                }
             }
-        };
-        self.shared.client.send_typing(peer, &ticket, status).await
+        });
+        loops.insert(root.id.clone(), (stop, task));
     }
+
+    /// Stop the turn's typing loop and clear "typing…".
+    async fn stop_typing(&self, root: &Message) {
+        let running = self.typing_loops.lock().ok().and_then(|mut loops| loops.remove(&root.id));
+        if let Some((stop, task)) = running {
+            stop.cancel();
+            // A renewal in flight lands before the stop, never after it.
+            let _ = task.await;
+        }
+        if let Err(error) = typing(&self.shared, &self.tickets, &root.channel_id, TYPING_OFF).await {
+            tracing::debug!(%error, channel_id = %root.channel_id, "wechat typing indicator not cleared");
+        }
+    }
+}
+
+/// Send a typing status to `peer`, fetching (and caching) its ticket first.
+async fn typing(
+    shared: &Shared,
+    tickets: &Mutex<HashMap<String, String>>,
+    peer: &str,
+    status: i64,
+) -> Result<(), ApiError> {
+    let cached = tickets.lock().ok().and_then(|tickets| tickets.get(peer).cloned());
+    let ticket = match cached {
+        Some(ticket) => ticket,
+        None => {
+            let token =
+                shared.gateway.store().chatbot_state(&shared.config.id, &context_token_key(peer)).await.ok().flatten();
+            let Some(ticket) = shared.client.typing_ticket(peer, token.as_deref()).await? else {
+                return Ok(());
+            };
+            if let Ok(mut tickets) = tickets.lock() {
+                tickets.insert(peer.to_owned(), ticket.clone());
+            }
+            ticket
+        }
+    };
+    shared.client.send_typing(peer, &ticket, status).await
 }
 
 #[async_trait]
@@ -183,14 +243,11 @@ impl Chatbot for WeChatChatbot {
     }
 
     async fn on_turn(&self, root: &Message) -> Result<(), DeliveryError> {
-        let status = match root.status {
-            Status::Processing => TYPING_ON,
-            Status::Processed | Status::Interrupted | Status::Error => TYPING_OFF,
-            Status::PendingAgent | Status::Pending | Status::Delivered | Status::Responded => return Ok(()),
-        };
-        // Typing is a courtesy: a failure is logged, never retried.
-        if let Err(error) = self.typing(root, status).await {
-            tracing::debug!(%error, channel_id = %root.channel_id, "wechat typing indicator not shown");
+        // Typing is a courtesy: failures are logged, never retried.
+        match root.status {
+            Status::Processing => self.start_typing(root),
+            Status::Processed | Status::Interrupted | Status::Error => self.stop_typing(root).await,
+            Status::PendingAgent | Status::Pending | Status::Delivered | Status::Responded => {}
         }
         Ok(())
     }

@@ -89,7 +89,7 @@ pub async fn pair(base_url: &str, out: &mut (dyn Write + Send)) -> Result<Pairin
         };
         let status = match get_qrcode_status(&http, base_url, code).await {
             Ok(status) => status,
-            Err(error @ ApiError::Transient { .. }) => {
+            Err(error @ (ApiError::Transient { .. } | ApiError::TimedOut { .. })) => {
                 tracing::debug!(%error, "polling the qr status failed; trying again");
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 continue;

@@ -65,6 +65,8 @@ pub fn fast_poll() -> PollOptions {
         first_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(40),
         expired_backoff: Duration::from_millis(40),
+        typing_interval: Duration::from_millis(20),
+        typing_cap: Duration::from_secs(60),
     }
 }
 
@@ -340,13 +342,18 @@ async fn a_running_turn_shows_typing_and_steps_are_never_sent() {
     rig.wait_ingested(&hello).await;
     let (root, answer) = rig.answer_in(ALICE, "Done thinking.").await;
     rig.chatbot.on_turn(&root).await.expect("typing on");
+    let renewed = rig.fake.wait_for(|state| state.typing().len() >= 3, Duration::from_secs(10)).await;
+    assert!(renewed, "typing is renewed while the turn runs");
     let thought = TurnOrigin::of(&root, "Kesoku").thought(1, "A private thought", None);
     rig.gateway.post(&thought).await.expect("post thought");
     assert_eq!(rig.deliverer().deliver(rig.chatbot.as_ref(), &thought).await.expect("step"), Delivered::Marked);
     assert_eq!(rig.deliverer().deliver(rig.chatbot.as_ref(), &answer).await.expect("answer"), Delivered::Shown);
     let done = rig.gateway.update_status(&root.id, Status::Processed).await.expect("processed").message;
     rig.chatbot.on_turn(&done).await.expect("typing off");
-    assert_eq!(rig.fake.typing(), vec![(ALICE.to_owned(), 1), (ALICE.to_owned(), 2)]);
+    let typing = rig.fake.typing();
+    let (last, renewals) = typing.split_last().expect("typing events");
+    assert_eq!(last, &(ALICE.to_owned(), 2), "typing is cleared when the turn ends");
+    assert!(renewals.len() >= 3 && renewals.iter().all(|event| *event == (ALICE.to_owned(), 1)), "{typing:?}");
     assert_eq!(rig.fake.texts_to(ALICE), vec!["Done thinking.".to_owned()]);
     rig.stop().await;
 }
@@ -358,5 +365,32 @@ async fn a_channel_that_never_wrote_cannot_be_answered_and_says_why() {
     let outcome = rig.deliverer().deliver(rig.chatbot.as_ref(), &answer).await.expect("deliver");
     let Delivered::Failed(reason) = outcome else { panic!("expected a failure, got {outcome:?}") };
     assert!(reason.contains("context_token"), "{reason}");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn a_chat_command_is_answered_in_the_chat_and_never_stored() {
+    let mut rig = WeChatRig::start(&[ALICE]).await;
+    rig.fake.user_says(ALICE, "/help");
+    let answered = rig.fake.wait_for(|state| state.sent().iter().any(|m| m.to == ALICE), Duration::from_secs(10)).await;
+    assert!(answered, "the command is answered");
+    let reply = rig.fake.texts_to(ALICE).join("\n");
+    assert!(reply.contains("/stop") && reply.contains("/clear"), "{reply}");
+    assert!(!reply.contains('`'), "plain text: {reply}");
+    assert_eq!(rig.user_messages_containing("/help").await, 0, "commands never reach the agent");
+    rig.stop().await;
+}
+
+#[tokio::test]
+async fn the_poll_waits_out_an_expired_session_and_resumes_after_pairing() {
+    let mut rig = WeChatRig::start(&[ALICE]).await;
+    rig.fake.expire_session();
+    let id = rig.fake.user_says(ALICE, "written while the session was expired");
+    let refused = rig.fake.calls().len();
+    assert!(rig.fake.wait_for(|state| state.calls().len() >= refused + 2, Duration::from_secs(10)).await);
+    assert!(rig.stored(&id).await.is_none(), "nothing comes in while the session is expired");
+    rig.fake.renew_session();
+    rig.wait_ingested(&id).await;
+    assert_eq!(rig.user_messages_containing("written while the session was expired").await, 1);
     rig.stop().await;
 }

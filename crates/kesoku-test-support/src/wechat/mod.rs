@@ -583,7 +583,11 @@ impl FakeWeChat {
     /// Deliver the message `message_id` once more (a duplicate delivery).
     pub fn redeliver(&self, message_id: &str) {
         let mut state = self.server.lock();
-        let again = state.updates.iter().find(|m| m["message_id"].as_u64().map(|id| id.to_string()).as_deref() == Some(message_id)).cloned();
+        let again = state
+            .updates
+            .iter()
+            .find(|m| m["message_id"].as_u64().map(|id| id.to_string()).as_deref() == Some(message_id))
+            .cloned();
         if let Some(again) = again {
             state.updates.push(again);
         }
