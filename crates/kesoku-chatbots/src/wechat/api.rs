@@ -275,6 +275,9 @@ pub struct QrStatusResponse {
     pub baseurl: Option<String>,
     #[serde(default)]
     pub ilink_user_id: Option<String>,
+    /// With `scaned_but_redirect`: the host to poll from now on.
+    #[serde(default)]
+    pub redirect_host: Option<String>,
 }
 
 impl std::fmt::Debug for QrStatusResponse {
@@ -285,6 +288,7 @@ impl std::fmt::Debug for QrStatusResponse {
             .field("ilink_bot_id", &self.ilink_bot_id)
             .field("baseurl", &self.baseurl)
             .field("ilink_user_id", &self.ilink_user_id)
+            .field("redirect_host", &self.redirect_host)
             .finish()
     }
 }
@@ -458,16 +462,20 @@ pub async fn get_bot_qrcode(http: &reqwest::Client, base_url: &str) -> Result<Qr
 }
 
 /// `get_qrcode_status`: held by the server until the status changes or it times out; a
-/// client-side timeout is `wait`.
+/// client-side timeout is `wait`. `verify_code` answers `need_verifycode`.
 pub async fn get_qrcode_status(
     http: &reqwest::Client,
     base_url: &str,
     qrcode: &str,
+    verify_code: Option<&str>,
 ) -> Result<QrStatusResponse, ApiError> {
     const ENDPOINT: &str = "ilink/bot/get_qrcode_status";
     let mut address = reqwest::Url::parse(&url(base_url, ENDPOINT))
         .map_err(|_| ApiError::Permanent { endpoint: ENDPOINT, reason: format!("`{base_url}` is not a url") })?;
     address.query_pairs_mut().append_pair("qrcode", qrcode);
+    if let Some(code) = verify_code {
+        address.query_pairs_mut().append_pair("verify_code", code);
+    }
     let sent = http.get(address).timeout(Duration::from_secs(40)).send().await;
     match sent {
         Ok(response) => read(ENDPOINT, response).await,

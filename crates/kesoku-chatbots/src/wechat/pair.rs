@@ -52,6 +52,12 @@ pub enum PairError {
     Expired,
     #[error("the server confirmed the pairing without a bot token or bot id")]
     Incomplete,
+    #[error(
+        "this WeChat account is already bound to a bot here: the stored pairing still works (delete it and pair again to start over)"
+    )]
+    AlreadyBound,
+    #[error("nobody confirmed the QR code in time: run `kesoku wechat pair` again")]
+    TimedOut,
     #[error("writing to the terminal failed: {0}")]
     Terminal(#[from] std::io::Error),
 }
@@ -64,13 +70,57 @@ pub fn render_qr(content: &str) -> String {
     }
 }
 
+/// How a pairing runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PairOptions {
+    /// Pause between status polls (the reference client: 1 s).
+    pub poll_pause: Duration,
+    /// Give up after this long.
+    pub timeout: Duration,
+}
+
+impl Default for PairOptions {
+    fn default() -> Self {
+        PairOptions { poll_pause: Duration::from_secs(1), timeout: Duration::from_secs(8 * 60) }
+    }
+}
+
+/// Where a pairing asks for the number WeChat shows on the phone (`need_verifycode`).
+pub trait VerifyCodes: Send {
+    fn ask(&mut self, prompt: &str) -> std::io::Result<String>;
+}
+
+/// Reads the number from standard input (blocking: pairing is an interactive command that
+/// does nothing else meanwhile).
+#[derive(Debug, Default)]
+pub struct StdinCodes;
+
+impl VerifyCodes for StdinCodes {
+    fn ask(&mut self, _prompt: &str) -> std::io::Result<String> {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line)?;
+        Ok(line.trim().to_owned())
+    }
+}
+
 /// Pair a bot at `base_url`, showing codes and progress on `out`.
-pub async fn pair(base_url: &str, out: &mut (dyn Write + Send)) -> Result<Pairing, PairError> {
+pub async fn pair(
+    base_url: &str,
+    out: &mut (dyn Write + Send),
+    codes: &mut dyn VerifyCodes,
+    options: PairOptions,
+) -> Result<Pairing, PairError> {
     let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + options.timeout;
+    let mut poll_base = base_url.to_owned();
     let mut shown = 0;
     let mut qrcode = None;
     let mut scanned = false;
+    let mut verify_code: Option<String> = None;
     loop {
+        if tokio::time::Instant::now() >= deadline {
+            return Err(PairError::TimedOut);
+        }
         let code = match &qrcode {
             Some(code) => code,
             None => {
@@ -84,14 +134,15 @@ pub async fn pair(base_url: &str, out: &mut (dyn Write + Send)) -> Result<Pairin
                     fresh.qrcode_img_content
                 )?;
                 out.flush()?;
+                poll_base = base_url.to_owned();
                 qrcode.insert(fresh.qrcode)
             }
         };
-        let status = match get_qrcode_status(&http, base_url, code).await {
+        let status = match get_qrcode_status(&http, &poll_base, code, verify_code.as_deref()).await {
             Ok(status) => status,
             Err(error @ (ApiError::Transient { .. } | ApiError::TimedOut { .. })) => {
                 tracing::debug!(%error, "polling the qr status failed; trying again");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(options.poll_pause).await;
                 continue;
             }
             Err(error) => return Err(error.into()),
@@ -109,21 +160,43 @@ pub async fn pair(base_url: &str, out: &mut (dyn Write + Send)) -> Result<Pairin
                     user_id: status.ilink_user_id.filter(|id| !id.is_empty()),
                 });
             }
-            "expired" => {
+            "expired" | "verify_code_blocked" => {
                 if shown >= MAX_QR_CODES {
                     return Err(PairError::Expired);
                 }
-                writeln!(out, "The QR code expired; here is a new one.")?;
+                let why = if status.status == "expired" { "expired" } else { "was blocked after wrong numbers" };
+                writeln!(out, "The QR code {why}; here is a new one.")?;
                 qrcode = None;
                 scanned = false;
+                verify_code = None;
+                continue;
+            }
+            "need_verifycode" => {
+                let prompt = if verify_code.is_some() {
+                    "That number did not match; type the number WeChat shows on your phone: "
+                } else {
+                    "Type the number WeChat shows on your phone: "
+                };
+                write!(out, "{prompt}")?;
+                out.flush()?;
+                verify_code = Some(codes.ask(prompt)?);
+                continue;
+            }
+            "binded_redirect" => return Err(PairError::AlreadyBound),
+            "scaned_but_redirect" => {
+                if let Some(host) = status.redirect_host.filter(|host| !host.is_empty()) {
+                    poll_base = format!("https://{host}");
+                }
             }
             "scaned" if !scanned => {
                 scanned = true;
+                verify_code = None;
                 writeln!(out, "Scanned: confirm on your phone.")?;
                 out.flush()?;
             }
             _ => {}
         }
+        tokio::time::sleep(options.poll_pause).await;
     }
 }
 

@@ -394,3 +394,50 @@ async fn the_poll_waits_out_an_expired_session_and_resumes_after_pairing() {
     assert_eq!(rig.user_messages_containing("written while the session was expired").await, 1);
     rig.stop().await;
 }
+
+/// Numbers typed at the `need_verifycode` prompt, in order.
+struct Typed(Vec<&'static str>);
+
+impl kesoku_chatbots::wechat::pair::VerifyCodes for Typed {
+    fn ask(&mut self, _prompt: &str) -> std::io::Result<String> {
+        Ok(if self.0.is_empty() { String::new() } else { self.0.remove(0).to_owned() })
+    }
+}
+
+#[tokio::test]
+async fn pairing_refreshes_an_expired_code_and_asks_for_the_phone_number() {
+    use kesoku_chatbots::wechat::pair::{PairOptions, pair};
+    let fake = FakeWeChat::start(FakeWeChatOptions {
+        token: TOKEN.to_owned(),
+        owner: OWNER.to_owned(),
+        ..FakeWeChatOptions::default()
+    })
+    .await;
+    let phone = async {
+        assert!(fake.wait_for(|state| state.qr_count() == 1, Duration::from_secs(10)).await);
+        let first = fake.qr_codes()[0].clone();
+        fake.expire_qr(&first);
+        assert!(fake.wait_for(|state| state.qr_count() == 2, Duration::from_secs(10)).await);
+        let second = fake.qr_codes()[1].clone();
+        fake.ask_verify_code(&second, "4711");
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while fake.qr_status(&second).as_deref() != Some("scaned") {
+            assert!(std::time::Instant::now() < deadline, "the right number is sent");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        fake.confirm(&second);
+    };
+    let mut out = Vec::new();
+    let mut typed = Typed(vec!["1234", "4711"]);
+    let options = PairOptions { poll_pause: Duration::from_millis(10), timeout: Duration::from_secs(30) };
+    let base_url = fake.base_url();
+    let (paired, ()) = tokio::join!(pair(&base_url, &mut out, &mut typed, options), phone);
+    let pairing = paired.expect("paired");
+    assert_eq!(pairing.token, TOKEN);
+    assert_eq!(pairing.user_id.as_deref(), Some(OWNER));
+    assert_eq!(pairing.base_url.as_deref(), Some(fake.base_url().as_str()));
+    let shown = String::from_utf8(out).expect("utf-8");
+    assert_eq!(shown.matches("Scan this QR code").count(), 2, "{shown}");
+    assert!(shown.contains("The QR code expired") && shown.contains("did not match"), "{shown}");
+    assert!(!shown.contains(TOKEN), "the token is never shown");
+}

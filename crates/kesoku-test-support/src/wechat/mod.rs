@@ -126,6 +126,8 @@ pub struct FakeState {
     cursors: Vec<String>,
     session_expired: bool,
     qr_codes: Vec<(String, String)>,
+    /// The number the phone shows for a code in `need_verifycode`.
+    verify_codes: HashMap<String, String>,
     uploads: HashMap<String, Upload>,
     cdn: HashMap<String, Vec<u8>>,
     next_id: u64,
@@ -477,9 +479,18 @@ async fn get_qrcode_status(State(server): State<Server>, Query(query): Query<Has
         {
             let mut state = server.lock();
             state.calls.push("get_qrcode_status".to_owned());
-            let Some(status) = state.qr_codes.iter().find(|(c, _)| *c == code).map(|(_, s)| s.clone()) else {
+            let Some(mut status) = state.qr_codes.iter().find(|(c, _)| *c == code).map(|(_, s)| s.clone()) else {
                 return api_error(StatusCode::BAD_REQUEST, "unknown qrcode");
             };
+            if status == "need_verifycode"
+                && query.contains_key("verify_code")
+                && query.get("verify_code") == state.verify_codes.get(&code)
+            {
+                status = "scaned".to_owned();
+                if let Some(entry) = state.qr_codes.iter_mut().find(|(c, _)| *c == code) {
+                    entry.1 = status.clone();
+                }
+            }
             if status != "wait" || tokio::time::Instant::now() >= deadline {
                 let options = state.options().clone();
                 let body = if status == "confirmed" {
@@ -682,6 +693,17 @@ impl FakeWeChat {
         // Wake held status polls.
         self.server.qr.send_replace(count + 1_000_000);
         self.server.qr.send_replace(count);
+    }
+
+    /// The phone shows `number`; the code waits in `need_verifycode` until a poll carries it.
+    pub fn ask_verify_code(&self, code: &str, number: &str) {
+        self.server.lock().verify_codes.insert(code.to_owned(), number.to_owned());
+        self.set_qr(code, "need_verifycode");
+    }
+
+    /// The status of a QR code now.
+    pub fn qr_status(&self, code: &str) -> Option<String> {
+        self.server.lock().qr_codes.iter().find(|(c, _)| c == code).map(|(_, status)| status.clone())
     }
 
     pub fn scan(&self, code: &str) {

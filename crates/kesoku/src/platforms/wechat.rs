@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use kesoku_chatbots::Chatbot;
-use kesoku_chatbots::wechat::pair::{Pairing, pair as run_pairing};
+use kesoku_chatbots::wechat::pair::{PairOptions, Pairing, StdinCodes, pair as run_pairing};
 use kesoku_chatbots::wechat::{BotToken, WeChat, WeChatConfig};
 use tokio::task::JoinHandle;
 
@@ -127,7 +127,9 @@ pub async fn pair(config: &Config, id: Option<&str>) -> anyhow::Result<std::proc
         },
     };
     let mut out = std::io::stdout();
-    let pairing = run_pairing(&entry.base_url, &mut out).await.context("pairing failed")?;
+    let pairing = run_pairing(&entry.base_url, &mut out, &mut StdinCodes, PairOptions::default())
+        .await
+        .context("pairing failed")?;
     let path = pairing_path(config, &entry.id);
     write_pairing(&path, &pairing)?;
     println!("Stored the bot's credentials in {} (mode 0600).", path.display());
