@@ -194,6 +194,10 @@ async fn handle(shared: &Shared, message: &WeixinMessage) -> bool {
         return true;
     }
     let (files, notes) = download_media(shared, &message.item_list).await;
+    if text.trim().is_empty() && files.is_empty() && notes.is_empty() {
+        tracing::debug!(wechat_message_id = %key, "a wechat message with nothing the agent can read; skipped");
+        return true;
+    }
     let at = message.create_time_ms.and_then(DateTime::<Utc>::from_timestamp_millis).unwrap_or_else(Utc::now);
     let mut content = header(&message.from_user_id, at, shared.timezone);
     content.push_str(&commands::message_text(&text));

@@ -217,7 +217,14 @@ impl Chatbot for WeChatChatbot {
         let token = self.context_token(to).await?;
         let client_id = part_client_id(&part.key);
         let item = match &part.part {
-            Part::Text(text) => MessageItem::text(plain_text(text)),
+            Part::Text(text) => {
+                let plain = plain_text(text);
+                if plain.trim().is_empty() {
+                    // Markup only (an empty code block): nothing a person would see.
+                    return Ok(format!("empty:{}", part.key));
+                }
+                MessageItem::text(plain)
+            }
             Part::Question { prompt, options } => MessageItem::text(plain_text(&numbered_question(prompt, options))),
             Part::File { path, name } => {
                 let bytes = tokio::fs::read(path).await.map_err(|error| DeliveryError::Permanent {
