@@ -61,13 +61,32 @@ fn block_line(line: &str) -> Option<String> {
     Some(inline(line))
 }
 
-/// Inline markup of one line.
+/// Inline markup of one line; inside `code spans` nothing changes but the backticks go.
 fn inline(text: &str) -> String {
+    let segments: Vec<&str> = text.split('`').collect();
+    // An odd number of backticks leaves the last one unpaired: keep it as written.
+    let paired = segments.len() % 2 == 1;
+    let mut out = String::with_capacity(text.len());
+    for (index, segment) in segments.iter().enumerate() {
+        let in_code = index % 2 == 1;
+        if in_code && !paired && index == segments.len() - 1 {
+            out.push('`');
+            out.push_str(&markup(segment));
+        } else if in_code {
+            out.push_str(segment);
+        } else {
+            out.push_str(&markup(segment));
+        }
+    }
+    out
+}
+
+/// Emphasis, links and math of text outside code spans.
+fn markup(text: &str) -> String {
     let text = links(text);
     let text = math(&text);
-    let mut text = text.replace("**", "").replace("__", "").replace("~~", "").replace('`', "");
-    text = single_stars(&text);
-    text
+    let text = text.replace("**", "").replace("__", "").replace("~~", "");
+    single_stars(&text)
 }
 
 /// `[text](url)` → `text (url)`, `![alt](url)` → `alt (url)`.
@@ -284,6 +303,7 @@ mod tests {
         );
         check("- one\n* two\n  - nested", "• one\n• two\n  • nested");
         check("2 * 3 = 6 and snake_case_name stays", "2 * 3 = 6 and snake_case_name stays");
+        check("Call `__init__` with `**kwargs`, not __bold__.", "Call __init__ with **kwargs, not bold.");
     }
 
     #[test]
