@@ -54,8 +54,9 @@ async fn fake() -> FakeWeChat {
     FakeWeChat::start(FakeWeChatOptions { token: TOKEN.to_owned(), ..FakeWeChatOptions::default() }).await
 }
 
-/// The fake, the model and an initialised workspace; `before_start` runs on the store before
-/// the service starts.
+/// The fake, the model (answering `replies` in order) and an initialised workspace whose
+/// config has `extra` TOML and a WeChat bot (token from `WECHAT_TOKEN`) answering Chii; the
+/// service is started by [`Rig::start`].
 async fn rig_with(replies: Vec<MockReply>, extra: &str) -> Rig {
     let fake = fake().await;
     let model = MockServer::start(Vendor::Gemini, replies).await;
@@ -180,7 +181,7 @@ async fn spec_6_2_a_cron_job_delivers_into_a_wechat_room() {
     let reply = "Diagnostics completed successfully. System status is stable. Uptime: 3d 12h, Memory: 45% occupied, 0 active errors reported.";
     // Fires once, a few seconds from now (six fields: seconds first; Shanghai time, UTC+8).
     let shanghai = chrono::FixedOffset::east_opt(8 * 3600).expect("an offset");
-    let at = (Utc::now() + chrono::Duration::seconds(6)).with_timezone(&shanghai);
+    let at = (Utc::now() + chrono::Duration::seconds(8)).with_timezone(&shanghai);
     let cron = format!(
         "[[cron]]\nname = \"status\"\nschedule = \"{} {} {} * * *\"\nprompt = \"Run active diagnostics and output status summary.\"\nchatbot = \"wechat\"\nchannel = \"{ROOM}\"\ntimezone = \"Asia/Shanghai\"\ncatch_up = false\n",
         at.second(),
