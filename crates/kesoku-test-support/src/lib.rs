@@ -8,3 +8,4 @@ pub mod db;
 pub mod discord;
 pub mod google_chat;
 pub mod mock_llm;
+pub mod wechat;

@@ -48,7 +48,7 @@ impl Default for WeChatConfig {
     }
 }
 
-/// The CDN the iLink API documents for bot media.
+/// The media CDN the reference client (`@tencent-weixin/openclaw-weixin`) uses.
 pub const DEFAULT_CDN_BASE_URL: &str = "https://novac2c.cdn.weixin.qq.com/c2c";
 
 /// What is wrong with a `[[chatbots.wechat]]` table.

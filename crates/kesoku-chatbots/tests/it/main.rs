@@ -16,3 +16,5 @@ mod google_chat;
 mod google_chat_conformance;
 mod seam;
 mod support;
+mod wechat;
+mod wechat_conformance;

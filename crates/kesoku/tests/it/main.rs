@@ -12,3 +12,4 @@ mod repl;
 mod service;
 mod support;
 mod triggers;
+mod wechat;
