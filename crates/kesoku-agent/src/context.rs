@@ -43,6 +43,8 @@ pub struct ActivationContext {
     pub channel_id: String,
     pub expected_response: ExpectedResponse,
     pub depth: u32,
+    /// The person the work runs for (tools get their grants); never shown to the model.
+    pub delegation_user: Option<String>,
     pub locale: Option<String>,
     pub timezone: Option<String>,
     pub limits: Limits,
@@ -75,6 +77,7 @@ impl ActivationContext {
             channel_id: activation.channel_id.clone(),
             expected_response: activation.expected_response,
             depth: activation.depth,
+            delegation_user: activation.delegation_user.clone(),
             locale: activation.locale.clone(),
             timezone: activation.timezone.clone(),
             limits,

@@ -432,6 +432,8 @@ impl<'a> Turn<'a> {
                 chatbot_id: self.root.chatbot_id.clone(),
                 channel_id: self.root.channel_id.clone(),
                 timezone: self.context.timezone.clone(),
+                depth: self.context.depth,
+                activation_id: Some(self.context.activation_id.clone()),
             });
             let tools = self.deps.tools;
             let call = call.clone();

@@ -50,6 +50,8 @@ pub enum Outcome {
     Interrupted,
     Cancelled,
     LimitExceeded,
+    /// Never run: the contract forbade it (a delegation beyond `[agent] max_depth`).
+    Refused,
 }
 
 macro_rules! wire_enum_impl {
@@ -106,6 +108,7 @@ wire_enum_impl!(Outcome {
     Interrupted => "interrupted",
     Cancelled => "cancelled",
     LimitExceeded => "limit_exceeded",
+    Refused => "refused",
 });
 
 /// What kind of conversation a session is; part of how the lane is chosen.
@@ -188,8 +191,9 @@ pub enum ActivationPayload {
     DirectTrigger { message_id: MessageId, task: String, trigger: TriggerContext },
     /// A follow-up the agent scheduled for itself, come due.
     FollowUp { message_id: MessageId, followup_id: FollowUpId, task: String },
-    /// A sub-agent finished; its summary comes back to the parent session.
-    SubAgentResult { child_session_id: SessionId, summary: String },
+    /// A sub-agent finished; its summary comes back to the parent session. The root is the
+    /// result message posted into the parent session.
+    SubAgentResult { message_id: MessageId, child_session_id: SessionId, summary: String },
     /// A background job ended; its wakeup alert message is the root.
     BackgroundJobResult { job_id: JobId, message_id: MessageId },
     /// A transcribed voice message.
@@ -219,10 +223,9 @@ impl ActivationPayload {
             | ActivationPayload::Workflow { message_id, .. }
             | ActivationPayload::DirectTrigger { message_id, .. }
             | ActivationPayload::FollowUp { message_id, .. }
+            | ActivationPayload::SubAgentResult { message_id, .. }
             | ActivationPayload::BackgroundJobResult { message_id, .. } => Some(message_id),
-            ActivationPayload::SubAgentResult { .. }
-            | ActivationPayload::VoiceTranscript { .. }
-            | ActivationPayload::Maintenance { .. } => None,
+            ActivationPayload::VoiceTranscript { .. } | ActivationPayload::Maintenance { .. } => None,
         }
     }
 
@@ -262,9 +265,40 @@ pub struct ActivationRequest {
     /// IANA time zone the model's times are shown in (else the channel's, else `[agent]`'s).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timezone: Option<String>,
-    /// Who asked (`cron:<job>`, `api`, …); default: the kind's producer.
+    /// Who asked (`cron:<job>`, `api`, `agent:<activation>`, …); default: the kind's producer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triggered_by: Option<String>,
+    /// How deep in an agent-to-agent chain this work is: 0 for work a person or a schedule
+    /// asked for, the parent's depth + 1 for a delegated task. Enforced against
+    /// `[agent] max_depth` from here, never from a prompt.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub depth: u32,
+    /// The turn that delegated this work (a sub-agent's task), where its result goes back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<ParentRef>,
+    /// The sub-agent session whose result this is (a `sub_agent_result`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_session_id: Option<SessionId>,
+    /// The person on whose behalf the work runs: tools that need a connection get that
+    /// person's grant at call time. Never shown to the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delegation_user: Option<String>,
+}
+
+fn is_zero(depth: &u32) -> bool {
+    *depth == 0
+}
+
+/// The turn that delegated a task to a sub-agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParentRef {
+    /// The parent's session: the sub-agent's result is posted there.
+    pub session_id: SessionId,
+    /// The root message of the parent's turn that delegated.
+    pub message_id: MessageId,
+    /// The parent's activation, for the ledger's correlation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub activation_id: Option<ActivationId>,
 }
 
 impl ActivationRequest {
@@ -278,6 +312,10 @@ impl ActivationRequest {
             output_schema: None,
             timezone: None,
             triggered_by: None,
+            depth: 0,
+            parent: None,
+            child_session_id: None,
+            delegation_user: None,
         }
     }
 }

@@ -19,7 +19,7 @@ pub mod work;
 
 pub use activation::{
     Activation, ActivationKind, ActivationPayload, ActivationRequest, ExpectedResponse, Lane, LedgerEntry, Outcome,
-    SessionKind, Usage,
+    ParentRef, SessionKind, Usage,
 };
 pub use delivery::DeliveryRecord;
 pub use filter::MessageFilter;

@@ -166,7 +166,9 @@ impl FakeAgent {
         });
         let final_status = match outcome {
             Outcome::Succeeded | Outcome::Failed => Status::Processed,
-            Outcome::Interrupted | Outcome::Cancelled | Outcome::LimitExceeded => Status::Interrupted,
+            Outcome::Interrupted | Outcome::Cancelled | Outcome::LimitExceeded | Outcome::Refused => {
+                Status::Interrupted
+            }
         };
         if final_status == Status::Interrupted {
             // Unfinished tool calls of the turn are interrupted with it.

@@ -31,7 +31,7 @@ pub use files::{EDIT_FILE, EditFileTool, READ_FILE, ReadFileTool, WRITE_FILE, Wr
 pub use limiter::{ProcessLimiter, ProcessSlot};
 pub use registry::{Registry, RegistryError};
 pub use shell::{Background, DetachedCommand, JobFiles, MovedCommand, RUN_SHELL_COMMAND, ShellTool};
-pub use tool::{Tool, ToolContext, ToolOrigin, ToolOutput, ToolSpec};
+pub use tool::{GrantSecret, Grants, Tool, ToolContext, ToolOrigin, ToolOutput, ToolSpec};
 
 /// The built-in tools configured by `config`, minus `config.disabled`, sharing one new
 /// [`ProcessLimiter`] of `config.max_concurrent_processes` slots.

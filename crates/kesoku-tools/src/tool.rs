@@ -4,9 +4,10 @@
 //! This module holds no tool and no policy; it is deliberately free of I/O.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
-use kesoku_core::{MessageId, SessionId};
+use kesoku_core::{ActivationId, MessageId, SessionId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -45,6 +46,55 @@ pub struct ToolContext {
     /// The turn this call belongs to, for tools whose work outlives the call (background jobs,
     /// follow-ups): where it came from and where its results go. `None` outside a turn.
     pub origin: Option<ToolOrigin>,
+    /// The connections of the person the work runs for (its activation's delegation user), read
+    /// at call time. `None` when the work runs for nobody in particular; a tool that needs a
+    /// connection then says so in its error.
+    pub grants: Option<Arc<dyn Grants>>,
+}
+
+/// A person's connection grants (tokens set with `kesoku grants`), as tools read them at call
+/// time. The runtime implements it over the store for the activation's delegation user; the
+/// secret goes from here into the tool's request and nowhere else (not the model's context,
+/// not a stored message, not a log line).
+#[async_trait]
+pub trait Grants: Send + Sync + std::fmt::Debug {
+    /// Who the grants belong to (for error texts; not a secret).
+    fn user(&self) -> &str;
+    /// The secret of grant `name` (`github`, `drive`, …), `None` when the person has none.
+    async fn grant(&self, name: &str) -> Result<Option<GrantSecret>, String>;
+}
+
+/// A grant's secret. `Debug` and `Display` print `[redacted]`; it is deliberately not
+/// `Serialize`. [`GrantSecret::expose`] is for the one place it is sent.
+#[derive(Clone, PartialEq, Eq)]
+pub struct GrantSecret(String);
+
+impl GrantSecret {
+    pub fn new(value: impl Into<String>) -> Self {
+        GrantSecret(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    /// `text` with every occurrence of the secret replaced by `[redacted]` (a tool output that
+    /// echoes a request, say).
+    pub fn scrub(&self, text: &str) -> String {
+        if self.0.len() < 4 { text.to_owned() } else { text.replace(&self.0, "[redacted]") }
+    }
+}
+
+impl std::fmt::Debug for GrantSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl std::fmt::Display for GrantSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
 }
 
 /// The turn a tool call belongs to.
@@ -58,6 +108,10 @@ pub struct ToolOrigin {
     /// IANA time zone of the user or channel (times given to and read from the model are in it),
     /// when one is configured.
     pub timezone: Option<String>,
+    /// The activation's depth in an agent-to-agent chain (0: a person or a schedule asked).
+    pub depth: u32,
+    /// The activation the call runs in, for work it starts (a sub-agent) to refer back to.
+    pub activation_id: Option<ActivationId>,
 }
 
 impl ToolContext {
@@ -75,12 +129,19 @@ impl ToolContext {
             cancel: CancellationToken::new(),
             call_id: call_id.into(),
             origin: None,
+            grants: None,
         }
     }
 
     /// Say which turn the call belongs to.
     pub fn with_origin(mut self, origin: ToolOrigin) -> Self {
         self.origin = Some(origin);
+        self
+    }
+
+    /// Give the call the connections of the person the work runs for.
+    pub fn with_grants(mut self, grants: Arc<dyn Grants>) -> Self {
+        self.grants = Some(grants);
         self
     }
 

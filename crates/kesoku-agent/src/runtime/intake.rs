@@ -135,12 +135,20 @@ impl Agent {
                 }
                 None => unasked(message),
             },
+            ActivationKind::SubAgentResult => match request.as_ref().and_then(|r| r.child_session_id.clone()) {
+                Some(child_session_id) => {
+                    let by = format!("sub-agent:{child_session_id}");
+                    (
+                        ActivationPayload::SubAgentResult { message_id, child_session_id, summary: task() },
+                        Trigger::System,
+                        by,
+                    )
+                }
+                None => unasked(message),
+            },
             // Not made from a stored message (the runtime makes them itself), or not produced
             // by this version: the message is answered as what it is.
-            ActivationKind::Message
-            | ActivationKind::SubAgentResult
-            | ActivationKind::VoiceTranscript
-            | ActivationKind::Maintenance => unasked(message),
+            ActivationKind::Message | ActivationKind::VoiceTranscript | ActivationKind::Maintenance => unasked(message),
         };
         let lane = Lane::derive(payload.kind(), trigger, SessionKind::Interactive);
         let config = &self.inner.deps.config;
@@ -150,8 +158,8 @@ impl Agent {
             chatbot_id: message.chatbot_id.clone(),
             channel_id: message.channel_id.clone(),
             triggered_by: request.as_ref().and_then(|r| r.triggered_by.clone()).unwrap_or(default_by),
-            delegation_user: None,
-            depth: 0,
+            delegation_user: request.as_ref().and_then(|r| r.delegation_user.clone()),
+            depth: request.as_ref().map_or(0, |r| r.depth),
             lane,
             expected_response: ExpectedResponse::default(),
             locale: config.locale.clone(),

@@ -94,10 +94,11 @@ impl Agent {
                 | ActivationPayload::Workflow { message_id, .. }
                 | ActivationPayload::DirectTrigger { message_id, .. }
                 | ActivationPayload::FollowUp { message_id, .. }
+                | ActivationPayload::SubAgentResult { message_id, .. }
                 | ActivationPayload::BackgroundJobResult { message_id, .. } => {
                     self.run_message(activation, message_id).await
                 }
-                ActivationPayload::SubAgentResult { .. } | ActivationPayload::VoiceTranscript { .. } => (
+                ActivationPayload::VoiceTranscript { .. } => (
                     Outcome::Failed,
                     Some(format!("activations of kind `{}` are not handled by this version", activation.kind())),
                     Usage::default(),

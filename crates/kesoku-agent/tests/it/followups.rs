@@ -73,6 +73,8 @@ impl Process {
                 chatbot_id: root.chatbot_id.clone(),
                 channel_id: root.channel_id.clone(),
                 timezone: Some("Europe/Paris".into()),
+                depth: 0,
+                activation_id: None,
             });
         }
         self.tools.call(tool, &ctx, arguments).await

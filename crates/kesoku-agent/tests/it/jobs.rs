@@ -86,6 +86,8 @@ impl Fixture {
             chatbot_id: BOT.to_owned(),
             channel_id: CHANNEL.to_owned(),
             timezone: None,
+            depth: 0,
+            activation_id: None,
         })
     }
 
