@@ -2,8 +2,9 @@
 //! stored), the long-poll loop and the delivery routine; and `kesoku wechat pair`.
 //!
 //! Pairing stores `{token, bot_id, base_url, user_id}` in
-//! `<config dir>/.kesoku/secrets/wechat-<id>.json`, mode 0600 in a 0700 folder, never in the
-//! config file and never printed.
+//! `<config dir>/kesoku-secrets/wechat-<id>.json`, mode 0600 in a 0700 folder, never in the
+//! config file and never printed. The folder sits beside the config (like `kesoku.env`), not in
+//! the workspace (`.kesoku` by default), which the agent's file tools can read.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,7 @@ use crate::config::Config;
 /// Where the pairing of entry `id` is kept.
 pub fn pairing_path(config: &Config, id: &str) -> PathBuf {
     let base = config.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    base.join(".kesoku").join("secrets").join(format!("wechat-{id}.json"))
+    base.join("kesoku-secrets").join(format!("wechat-{id}.json"))
 }
 
 fn read_pairing(path: &Path) -> anyhow::Result<Option<Pairing>> {

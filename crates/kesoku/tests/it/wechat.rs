@@ -327,7 +327,7 @@ async fn wechat_pair_stores_the_token_privately_and_start_uses_it() {
     assert!(out.contains("https://liteapp.weixin.qq.com/q/"), "the url is printed:\n{out}");
     assert!(!out.contains(TOKEN) && !err.contains(TOKEN), "the token is never printed");
 
-    let secrets = workspace.path().join(".kesoku/secrets");
+    let secrets = workspace.path().join("kesoku-secrets");
     let file = secrets.join("wechat-wechat.json");
     let mode = |path: &std::path::Path| std::fs::metadata(path).expect("exists").permissions().mode() & 0o777;
     assert_eq!(mode(&file), 0o600);
