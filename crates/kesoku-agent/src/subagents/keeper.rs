@@ -262,7 +262,13 @@ fn summary(root: &Message, turn: &[&Message]) -> (&'static str, String) {
                 .unwrap_or_else(|| "an error stopped it".to_owned());
             ("failed", format!("It failed: {why}"))
         }
-        _ => ("was stopped", "It was stopped before it finished.".to_owned()),
+        // `report` passes only ended roots: interrupted is the one left.
+        Status::Interrupted
+        | Status::PendingAgent
+        | Status::Processing
+        | Status::Pending
+        | Status::Delivered
+        | Status::Responded => ("was stopped", "It was stopped before it finished.".to_owned()),
     }
 }
 

@@ -78,7 +78,7 @@ fn last_input(request: &Request) -> String {
         .map(|part| match part {
             Part::Text { text, .. } => text.clone(),
             Part::ToolResult(result) => format!("[tool result] {result:?}"),
-            other => format!("{other:?}"),
+            other @ (Part::Thought { .. } | Part::ToolCall(_) | Part::Attachment(_)) => format!("{other:?}"),
         })
         .collect::<Vec<_>>()
         .join("\n")
