@@ -107,6 +107,12 @@ impl ResultKeeper {
         if session.chatbot_id != AGENT_CHATBOT {
             return Ok(false);
         }
+        // Reported already (its answers were marked before): nothing left to do. This keeps a
+        // start, which sees every ended sub-agent again, to one read per turn.
+        let result_id = result_message_id(&root.id);
+        if store.get_message(&result_id).await?.is_some() {
+            return Ok(false);
+        }
         let messages = store.list_messages(&MessageFilter::session(&root.session_id)).await?;
         let turn = turn_of(&root.id, &messages);
         // Nobody delivers chatbot `agent`: the turn's answers are final once it ended.
@@ -127,10 +133,6 @@ impl ResultKeeper {
         };
         let (task_root, request) = task;
         let Some(parent) = request.parent.clone() else { return Ok(false) };
-        let result_id = result_message_id(&root.id);
-        if store.get_message(&result_id).await?.is_some() {
-            return Ok(false);
-        }
         let (chatbot_id, channel_id) = match store.get_message(&parent.message_id).await? {
             Some(parent_root) => (parent_root.chatbot_id, parent_root.channel_id),
             None => match store.get_session(&parent.session_id).await? {

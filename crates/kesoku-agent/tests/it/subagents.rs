@@ -20,7 +20,7 @@ use kesoku_core::{
 use kesoku_gateway::Gateway;
 use kesoku_llm::{LlmError, Model, ModelInfo, Part, Provider, Request, ResponseStream, ScriptStep, ScriptedModel};
 use kesoku_store::SessionFilter;
-use kesoku_tools::{ToolContext, ToolOrigin};
+use kesoku_tools::{GrantSecret, Grants, ToolContext, ToolOrigin};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -306,6 +306,21 @@ async fn a_chain_of_sub_agents_is_refused_beyond_max_depth() {
     }
 }
 
+/// The connections of a person (none here): the delegation user is all the tool reads.
+#[derive(Debug)]
+struct PersonGrants(&'static str);
+
+#[async_trait]
+impl Grants for PersonGrants {
+    fn user(&self) -> &str {
+        self.0
+    }
+
+    async fn grant(&self, _name: &str) -> Result<Option<GrantSecret>, String> {
+        Ok(None)
+    }
+}
+
 /// A tool context of `root`'s turn at `depth`, as the turn loop makes it.
 fn ctx_of(h: &Harness, root: &Message, depth: u32, call_id: &str) -> ToolContext {
     let workspace = h.dir.path().join("workspace");
@@ -328,7 +343,7 @@ async fn a_delegate_call_run_again_after_a_crash_makes_one_child() {
     let root = h.gateway.post(&root).await.expect("post").message;
     h.wait_terminal(&root.id).await;
     let subagents = Subagents::new(h.gateway.clone(), Arc::clone(&h.handle.ledger), 3, "Kesoku");
-    let ctx = ctx_of(&h, &root, 0, "call_abc");
+    let ctx = ctx_of(&h, &root, 0, "call_abc").with_grants(Arc::new(PersonGrants("ana")));
     let first = subagents.delegate(&ctx, "Count to three.").await.expect("delegated");
     let second = subagents.delegate(&ctx, "Count to three.").await.expect("delegated again");
     assert_eq!(first, second);
@@ -345,8 +360,14 @@ async fn a_delegate_call_run_again_after_a_crash_makes_one_child() {
     eventually("the result", || async { h.handle.store.get_message(&result).await.expect("get") }).await;
     h.wait_terminal(&result).await;
     let rows = settled_ledger(&h, 3).await;
-    assert_eq!(row(&rows, ActivationKind::DirectTrigger, 1).len(), 1);
-    assert_eq!(row(&rows, ActivationKind::SubAgentResult, 0).len(), 1);
+    let child_rows = row(&rows, ActivationKind::DirectTrigger, 1);
+    assert_eq!(child_rows.len(), 1);
+    let result_rows = row(&rows, ActivationKind::SubAgentResult, 0);
+    assert_eq!(result_rows.len(), 1);
+    // The person the parent worked for is the sub-agent's, and its result's, delegation user.
+    assert_eq!(child_rows[0].delegation_user.as_deref(), Some("ana"));
+    assert_eq!(result_rows[0].delegation_user.as_deref(), Some("ana"));
+    assert_eq!(child_rows[0].triggered_by, "agent:act_parent");
     // Another call of the same turn is another child.
     let other = subagents.delegate(&ctx_of(&h, &root, 0, "call_def"), "Count to four.").await.expect("delegated");
     assert_ne!(other.session_id, first.session_id);
