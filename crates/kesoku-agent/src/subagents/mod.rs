@@ -92,8 +92,9 @@ pub struct Delegated {
 
 /// The ids of the child a tool call makes: its session and its root message. The same call
 /// (the same delegating root and call id) always gets the same ids.
+/// Both parts are cut to letters, digits, `-` and `_`: a session id names a staging folder.
 pub fn child_ids(parent_root: &MessageId, call_id: &str) -> (SessionId, MessageId) {
-    let key = format!("{}.{}", parent_root, sanitize(call_id));
+    let key = format!("{}.{}", sanitize(parent_root.as_str()), sanitize(call_id));
     (SessionId::from(format!("sess_sub.{key}")), MessageId::from(format!("msg_sub.{key}")))
 }
 
@@ -104,12 +105,13 @@ pub fn result_message_id(child_root: &MessageId) -> MessageId {
 
 /// The ledger id of a refused delegation (one per call).
 fn refused_activation_id(parent_root: &MessageId, call_id: &str) -> ActivationId {
-    ActivationId::from(format!("act_refused.{}.{}", parent_root, sanitize(call_id)))
+    ActivationId::from(format!("act_refused.{}.{}", sanitize(parent_root.as_str()), sanitize(call_id)))
 }
 
-/// A call id as a part of an id: letters, digits, `-` and `_` kept, anything else `_`.
-fn sanitize(call_id: &str) -> String {
-    call_id.chars().take(120).map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
+/// An id as a part of another: letters, digits, `-` and `_` kept, anything else `_`, at most
+/// 120 characters.
+fn sanitize(part: &str) -> String {
+    part.chars().take(120).map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
 /// The sub-agents of one process: the `delegate` tool's logic. Cheap to clone.
@@ -273,5 +275,35 @@ fn title(task: &str) -> String {
         format!("Sub-agent: {short}…")
     } else {
         format!("Sub-agent: {short}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_always_gets_the_same_child_ids_and_they_are_safe_as_folder_names() {
+        let root = MessageId::from("msg_01abc");
+        assert_eq!(child_ids(&root, "call_1"), child_ids(&root, "call_1"));
+        assert_eq!(child_ids(&root, "call_1").0, SessionId::from("sess_sub.msg_01abc.call_1"));
+        assert_ne!(child_ids(&root, "call_1"), child_ids(&root, "call_2"));
+        let (session, message) = child_ids(&MessageId::from("../../etc"), "a/b c");
+        assert_eq!(session, SessionId::from("sess_sub.______etc.a_b_c"));
+        assert!(!session.as_str().contains('/') && !message.as_str().contains('/'));
+        assert_eq!(result_message_id(&message), MessageId::from("msg_sub.______etc.a_b_c.result"));
+    }
+
+    #[test]
+    fn the_refusal_names_the_depth_and_the_limit() {
+        let refusal = DelegateError::Refused { depth: 3, max_depth: 3 };
+        assert!(refusal.is_refusal());
+        assert!(
+            refusal.to_string().starts_with(
+                "delegation refused: this agent runs at depth 3 and the limit is 3 ([agent] max_depth), so a \
+                 sub-agent (depth 4) may not be started"
+            ),
+            "{refusal}"
+        );
     }
 }
