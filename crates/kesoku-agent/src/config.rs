@@ -148,7 +148,8 @@ pub struct AgentConfig {
     /// worker and is retried. Live workers renew their claim well within it.
     #[serde(default = "default_orphan_after_s")]
     pub orphan_after_s: u64,
-    /// Deepest agent-to-agent chain allowed.
+    /// Deepest agent-to-agent chain allowed: a sub-agent may run at depth 1..=max_depth; a
+    /// delegation beyond it is refused (issue #30: default 3).
     #[serde(default = "default_max_depth")]
     pub max_depth: u32,
     /// Write every model request and response to the session's staging folder.
@@ -186,7 +187,7 @@ fn default_orphan_after_s() -> u64 {
 }
 
 fn default_max_depth() -> u32 {
-    4
+    3
 }
 
 impl Default for AgentConfig {

@@ -11,6 +11,10 @@
 //! scheduler posts each one's reminder when it comes due, which the intake turns into a
 //! `follow_up` activation like any other root message.
 //!
+//! [`Subagents`] is work the agent hands to a child agent (`delegate`) one level deeper, in a
+//! session of its own; the [`ResultKeeper`] (run by [`Agent::run`]) posts each child's result
+//! back into its parent session and stops the children of a stopped parent.
+//!
 //! This crate talks to traits (`Store`, `Ledger`, `Queue`, `Model`, `Tool`) through the gateway
 //! and never to SQL, HTTP or platforms directly.
 
@@ -24,6 +28,7 @@ pub mod jobs;
 mod liveness;
 pub mod runtime;
 pub mod structured;
+pub mod subagents;
 pub mod turn;
 
 pub use config::{AgentConfig, LaneLimits, Limits, QueueMode};
@@ -32,4 +37,5 @@ pub use error::AgentError;
 pub use followups::Followups;
 pub use jobs::{Jobs, JobsConfig, JobsError, JobsRecovery};
 pub use runtime::{Agent, AgentDeps, ModelSet, RecoveryReport, RunningTurn};
+pub use subagents::{ResultKeeper, Subagents};
 pub use turn::{StopSignal, TurnEnd};

@@ -214,7 +214,15 @@ fn build_agent_with(
         .with_context(|| format!("creating the workspace {}", config.workspace_dir.display()))?;
     let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
     let answering = models.default_model();
-    let profile = Profile::of(config, answering.name(), followups, jobs);
+    // Sub-agents: `delegate` refuses beyond `[agent] max_depth`; their results come back through
+    // the agent's own result keeper (`Agent::run`).
+    let subagents = kesoku_agent::Subagents::new(
+        gateway.clone(),
+        Arc::clone(&handle.ledger),
+        config.agent.max_depth,
+        config.agent.name.clone(),
+    );
+    let profile = Profile::of(config, answering.name(), followups, jobs, &subagents);
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
@@ -239,7 +247,13 @@ struct Profile {
 }
 
 impl Profile {
-    fn of(config: &Config, answering: &str, followups: &Followups, jobs: Option<&Jobs>) -> Profile {
+    fn of(
+        config: &Config,
+        answering: &str,
+        followups: &Followups,
+        jobs: Option<&Jobs>,
+        subagents: &kesoku_agent::Subagents,
+    ) -> Profile {
         let mut agent = config.agent.clone();
         // A chatbot's own time zone counts for its messages; a chatbot's default (UTC) does not
         // override `[agent] timezone`.
@@ -256,7 +270,7 @@ impl Profile {
                 Profile { tools: kesoku_tools::Registry::new(), agent }
             }
             Some(ModelEntry::Local(_) | ModelEntry::Remote(_)) | None => {
-                Profile { tools: tools(config, followups, jobs), agent }
+                Profile { tools: tools(config, followups, jobs, subagents), agent }
             }
         }
     }
@@ -264,7 +278,12 @@ impl Profile {
 
 /// The configured built-in tools; with `jobs` (and `run_shell_command` not disabled), background
 /// jobs and the job tools too.
-fn tools(config: &Config, followups: &Followups, jobs: Option<&Jobs>) -> kesoku_tools::Registry {
+fn tools(
+    config: &Config,
+    followups: &Followups,
+    jobs: Option<&Jobs>,
+    subagents: &kesoku_agent::Subagents,
+) -> kesoku_tools::Registry {
     let shell_disabled = config.tools.disabled.iter().any(|name| name == kesoku_tools::RUN_SHELL_COMMAND);
     let mut registry = match jobs.filter(|_| !shell_disabled) {
         Some(jobs) => {
@@ -284,6 +303,10 @@ fn tools(config: &Config, followups: &Followups, jobs: Option<&Jobs>) -> kesoku_
     // say why.
     if let Err(error) = followups.register(&mut registry) {
         tracing::error!(%error, "the follow-up tools could not be registered");
+    }
+    // `[agent] max_depth = 0` refuses every delegation (the tool then says so).
+    if let Err(error) = subagents.register(&mut registry) {
+        tracing::error!(%error, "the delegate tool could not be registered");
     }
     registry
 }
@@ -419,6 +442,7 @@ mod tests {
             names,
             [
                 "cancel_followup",
+                "delegate",
                 "edit_file",
                 "list_followups",
                 "read_file",

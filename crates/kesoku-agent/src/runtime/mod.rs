@@ -219,6 +219,8 @@ impl Agent {
             let stop = controls_stop.clone();
             tokio::spawn(async move { agent.controls(stop).await })
         };
+        // Sub-agents' results go back to their parents; stopped parents stop their children.
+        tasks.spawn(crate::subagents::ResultKeeper::new(self.inner.deps.gateway.clone()).run(shutdown.clone()));
         let workers = self.inner.deps.config.max_concurrent_turns.max(1);
         for _ in 0..workers {
             let agent = self.clone();

@@ -83,11 +83,7 @@ impl Agent {
             match &activation.payload {
                 // Depth is a guardrail in the contract, not in the prompt: a chain of agents that went
                 // too deep stops here, before any model call.
-                _ if activation.depth > max_depth => (
-                    Outcome::LimitExceeded,
-                    Some(format!("depth limit of {max_depth} (this activation is at depth {})", activation.depth)),
-                    Usage::default(),
-                ),
+                _ if activation.depth > max_depth => self.refuse_too_deep(activation, max_depth).await,
                 ActivationPayload::Maintenance { task } => self.run_maintenance(activation, *task).await,
                 // Every other kind this version produces runs a turn on its stored root.
                 ActivationPayload::Message { message_id }
@@ -359,6 +355,44 @@ impl Agent {
             }
         };
         Ok((resolved.0, resolved.1, usage))
+    }
+
+    /// An activation deeper than `[agent] max_depth` (the `delegate` tool refuses those, so this
+    /// is defence in depth: a root posted by other means): its root is closed as `error` with a
+    /// notice, never run, and the ledger says `refused`.
+    async fn refuse_too_deep(&self, activation: &Activation, max_depth: u32) -> (Outcome, Option<String>, Usage) {
+        let why = format!(
+            "refused: depth limit of {max_depth} ([agent] max_depth); this activation is at depth {}",
+            activation.depth
+        );
+        if let Some(message_id) = activation.payload.message_reference() {
+            let gateway = &self.inner.deps.gateway;
+            // Only the activation's own root is closed (the access check of `run_message`): a
+            // forged activation naming another session's message leaves it alone.
+            let owned = match gateway.store().get_message(message_id).await {
+                Ok(Some(message)) => {
+                    message.session_id == activation.session_id
+                        && message.chatbot_id == activation.chatbot_id
+                        && message.channel_id == activation.channel_id
+                }
+                Ok(None) => false,
+                Err(error) => {
+                    tracing::error!(%error, %message_id, "reading a root beyond the depth limit failed");
+                    false
+                }
+            };
+            if owned {
+                match gateway
+                    .claim(message_id, Status::Processing, &[Status::PendingAgent], &self.inner.worker_id)
+                    .await
+                {
+                    Ok(Some(claimed)) => self.fail_root(&claimed.message, activation, &why, &why).await,
+                    Ok(None) => {}
+                    Err(error) => tracing::error!(%error, %message_id, "closing a root beyond the depth limit failed"),
+                }
+            }
+        }
+        (Outcome::Refused, Some(why), Usage::default())
     }
 
     /// Mark the root `error`, tell the user briefly, keep the full error in the staging folder.

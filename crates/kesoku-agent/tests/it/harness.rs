@@ -27,6 +27,9 @@ pub struct Options {
     pub tools: Option<Arc<Registry>>,
     /// Models besides the harness's own, which stays the default.
     pub extra_models: Vec<Arc<dyn kesoku_llm::Model>>,
+    /// Offer `delegate` (sub-agents over the harness's store, `config.max_depth` deep) beside
+    /// the built-in tools (when `tools` is not given).
+    pub delegate: bool,
 }
 
 impl Default for Options {
@@ -38,6 +41,7 @@ impl Default for Options {
             ledger: None,
             tools: None,
             extra_models: Vec::new(),
+            delegate: false,
         }
     }
 }
@@ -192,12 +196,26 @@ async fn boot_with(
     std::fs::create_dir_all(&workspace).expect("workspace");
     let default = model.name().to_owned();
     let models = ModelSet::new([vec![model], options.extra_models].concat(), &default).expect("models");
+    let ledger = options.ledger.unwrap_or_else(|| Arc::clone(&handle.ledger));
+    let tools = options.tools.unwrap_or_else(|| {
+        let mut registry = kesoku_tools::builtin_registry(&ToolsConfig::default());
+        if options.delegate {
+            let subagents = kesoku_agent::Subagents::new(
+                gateway.clone(),
+                Arc::clone(&ledger),
+                options.config.max_depth,
+                options.config.name.clone(),
+            );
+            subagents.register(&mut registry).expect("register delegate");
+        }
+        Arc::new(registry)
+    });
     let agent = Agent::new(AgentDeps {
         gateway: gateway.clone(),
-        ledger: options.ledger.unwrap_or_else(|| Arc::clone(&handle.ledger)),
+        ledger,
         queue: Arc::new(MemoryQueue::default()),
         models,
-        tools: options.tools.unwrap_or_else(|| Arc::new(kesoku_tools::builtin_registry(&ToolsConfig::default()))),
+        tools,
         workspace,
         config: options.config,
         limits: options.limits,

@@ -11,4 +11,5 @@ mod interruption;
 mod jobs;
 mod kinds;
 mod recovery;
+mod subagents;
 mod turns;

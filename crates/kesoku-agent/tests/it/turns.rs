@@ -435,8 +435,10 @@ async fn activations_are_checked_at_load_time_for_access_and_depth() {
     h.handle.ledger.record_enqueued(&kesoku_core::LedgerEntry::enqueued(&deep)).await.expect("ledger");
     h.agent.run_activation(&deep).await;
     let row = h.handle.ledger.get_activation(&deep.id).await.expect("get").expect("row");
-    assert_eq!(row.outcome, Some(Outcome::LimitExceeded));
-    assert!(row.error.as_deref().is_some_and(|e| e.contains("depth limit of 4")), "{:?}", row.error);
+    assert_eq!(row.outcome, Some(Outcome::Refused));
+    assert!(row.error.as_deref().is_some_and(|e| e.contains("depth limit of 3")), "{:?}", row.error);
+    // Another session's message is not closed by a forged activation.
+    assert_eq!(h.status_of(&other.id).await, Status::Responded);
     assert!(h.model.requests().is_empty(), "the model never saw either");
 }
 

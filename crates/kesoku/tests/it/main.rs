@@ -10,6 +10,7 @@ mod jobs;
 mod local;
 mod repl;
 mod service;
+mod subagents;
 mod support;
 mod triggers;
 mod wechat;
