@@ -145,6 +145,7 @@ fn cases() -> Vec<Case> {
                     catch_up: true,
                     model: None,
                     output_schema: None,
+                    delegation_user: None,
                 });
                 config.cron.push(job.expect("a valid job"));
             },
