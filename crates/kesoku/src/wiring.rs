@@ -285,6 +285,12 @@ fn tools(config: &Config, followups: &Followups, jobs: Option<&Jobs>) -> kesoku_
     if let Err(error) = followups.register(&mut registry) {
         tracing::error!(%error, "the follow-up tools could not be registered");
     }
+    // `http_request` is opt-in: offered only when `[tools.http] allowed_hosts` names hosts.
+    if config.tools.http.is_enabled()
+        && let Err(error) = registry.register(kesoku_tools::HttpTool::new(&config.tools.http))
+    {
+        tracing::error!(%error, "the http_request tool could not be registered");
+    }
     registry
 }
 
