@@ -7,7 +7,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use kesoku_store::Store;
+use kesoku_core::{Message, MessageId};
+use kesoku_store::{Store, StoreError};
 use kesoku_tools::{GrantSecret, Grants};
 
 /// The grants of `user`, as stored with `kesoku grants set`.
@@ -41,4 +42,25 @@ impl Grants for StoreGrants {
             Err(error) => Err(format!("reading grant `{name}` failed: {error}")),
         }
     }
+}
+
+/// The delegation user of the turn rooted at `root` (from its `metadata.activation`), `None`
+/// when it ran for nobody in particular or is gone.
+pub(crate) async fn delegation_user_of(store: &dyn Store, root: &MessageId) -> Result<Option<String>, StoreError> {
+    Ok(store.get_message(root).await?.and_then(|message| message.metadata.activation).and_then(|r| r.delegation_user))
+}
+
+/// Work a turn starts for later (a follow-up's reminder, a background job's alert) runs for the
+/// same person as the turn rooted at `root`: copy its delegation user into `message`'s request.
+/// Deterministic (the root never changes), so a retried post stores the same message.
+pub(crate) async fn inherit_delegation_user(
+    store: &dyn Store,
+    root: &MessageId,
+    message: &mut Message,
+) -> Result<(), StoreError> {
+    let user = delegation_user_of(store, root).await?;
+    if let Some(request) = message.metadata.activation.as_mut() {
+        request.delegation_user = user;
+    }
+    Ok(())
 }
