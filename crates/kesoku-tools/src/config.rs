@@ -32,6 +32,9 @@
 //! allowed_hosts = []   # empty: http_request is not offered
 //! timeout_s = 30
 //! max_response_bytes = 100000
+//!
+//! [tools.http.connection_hosts]   # where each connection's token may go
+//! github = ["api.github.com"]
 //! ```
 
 use std::collections::BTreeMap;

@@ -4,12 +4,14 @@
 //! Opt-in and bounded: only hosts of `[tools.http] allowed_hosts` are reached (the binary offers
 //! the tool only when that list is non-empty), redirects are not followed (a redirect could
 //! carry the token elsewhere; the model sees the `Location` and may call again), every request
-//! has a timeout, and at most `max_response_bytes` of a body are read.
+//! has a timeout, and at most `max_response_bytes` of a body are read. A connection named in
+//! `connection_hosts` is sent only to its hosts.
 //!
 //! The secret of a grant is read at call time from [`ToolContext::grants`] and goes into the
 //! request's header and nowhere else: the tool's output and error texts are scrubbed with
 //! [`GrantSecret::scrub`], so a server that echoes the header shows `[redacted]`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -35,12 +37,41 @@ pub struct HttpConfig {
     /// Most bytes of a response body read and shown; the rest is dropped with a note saying
     /// so. Default: 100,000.
     pub max_response_bytes: usize,
+    /// Hosts each connection's secret may be sent to (`github = ["api.github.com"]`), on top of
+    /// `allowed_hosts`: a model talked into sending a token to another allowed host is refused.
+    /// A connection not named here may go to any allowed host. Default: none named.
+    pub connection_hosts: BTreeMap<String, Vec<String>>,
 }
 
 impl Default for HttpConfig {
     fn default() -> Self {
-        Self { allowed_hosts: Vec::new(), timeout_s: 30, max_response_bytes: 100_000 }
+        Self {
+            allowed_hosts: Vec::new(),
+            timeout_s: 30,
+            max_response_bytes: 100_000,
+            connection_hosts: BTreeMap::new(),
+        }
     }
+}
+
+/// Whether `host` matches one of `patterns`: an exact name or address (without case), or
+/// `*.domain` for its subdomains.
+fn host_matches(patterns: &[String], host: &str) -> bool {
+    let host = host.trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
+    patterns.iter().any(|pattern| {
+        let pattern =
+            pattern.trim().trim_start_matches('[').trim_end_matches(']').trim_end_matches('.').to_ascii_lowercase();
+        match pattern.strip_prefix("*.") {
+            Some(domain) => host.len() > domain.len() + 1 && host.ends_with(&format!(".{domain}")),
+            None => host == pattern,
+        }
+    })
+}
+
+fn is_host_pattern(host: &str) -> bool {
+    let host = host.trim();
+    let ipv6 = host.starts_with('[') && host.ends_with(']');
+    !host.is_empty() && !host.contains('@') && !host.contains(' ') && (ipv6 || !host.contains(['/', ':']))
 }
 
 impl HttpConfig {
@@ -49,16 +80,14 @@ impl HttpConfig {
         !self.allowed_hosts.is_empty()
     }
 
-    /// Whether `host` is one of `allowed_hosts` (names compared without case).
+    /// Whether `host` is one of `allowed_hosts`.
     pub fn allows(&self, host: &str) -> bool {
-        let host = host.trim_end_matches('.').to_ascii_lowercase();
-        self.allowed_hosts.iter().any(|allowed| {
-            let allowed = allowed.trim().trim_end_matches('.').to_ascii_lowercase();
-            match allowed.strip_prefix("*.") {
-                Some(domain) => host.len() > domain.len() + 1 && host.ends_with(&format!(".{domain}")),
-                None => host == allowed,
-            }
-        })
+        host_matches(&self.allowed_hosts, host)
+    }
+
+    /// Whether connection `name`'s secret may be sent to `host` (an allowed host already).
+    pub fn allows_connection(&self, name: &str, host: &str) -> bool {
+        self.connection_hosts.get(name).is_none_or(|hosts| host_matches(hosts, host))
     }
 
     /// A reason when a setting cannot work.
@@ -69,14 +98,22 @@ impl HttpConfig {
         if self.max_response_bytes < 1_000 {
             return Err(("http.max_response_bytes", "must be at least 1000".to_owned()));
         }
-        if let Some(bad) = self.allowed_hosts.iter().find(|host| {
-            let host = host.trim();
-            host.is_empty() || host.contains(['/', ':', ' ']) && !host.starts_with('[') || host.contains('@')
-        }) {
+        if let Some(bad) = self.allowed_hosts.iter().find(|host| !is_host_pattern(host)) {
             return Err((
                 "http.allowed_hosts",
                 format!("`{bad}` is not a host name: write only the host (`api.github.com`, `*.example.com`)"),
             ));
+        }
+        for (name, hosts) in &self.connection_hosts {
+            if let Err(error) = kesoku_core::check_grant_name(name) {
+                return Err(("http.connection_hosts", error.to_string()));
+            }
+            if let Some(bad) = hosts.iter().find(|host| !is_host_pattern(host)) {
+                return Err((
+                    "http.connection_hosts",
+                    format!("`{bad}` (connection `{name}`) is not a host name: write only the host (`api.github.com`)"),
+                ));
+            }
         }
         Ok(())
     }
@@ -95,7 +132,7 @@ struct HttpParams {
     method: String,
     url: String,
     #[serde(default)]
-    headers: std::collections::BTreeMap<String, String>,
+    headers: BTreeMap<String, String>,
     #[serde(default)]
     body: Option<String>,
     #[serde(default)]
@@ -108,6 +145,7 @@ impl HttpTool {
             timeout_s: config.timeout_s.max(1),
             max_response_bytes: config.max_response_bytes.max(1_000),
             allowed_hosts: config.allowed_hosts.clone(),
+            connection_hosts: config.connection_hosts.clone(),
         };
         let spec = ToolSpec {
             name: HTTP_REQUEST.to_owned(),
@@ -168,11 +206,19 @@ impl HttpTool {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(Failure::plain("credentials in the URL are not allowed: use `connection`"));
         }
-        let host = url.host_str().unwrap_or_default().trim_start_matches('[').trim_end_matches(']').to_owned();
+        let host = url.host_str().unwrap_or_default().to_owned();
         if !self.config.allows(&host) {
             return Err(Failure::plain(format!(
                 "host `{host}` is not allowed; allowed hosts: {} (an operator adds hosts to [tools.http] allowed_hosts)",
                 self.config.allowed_hosts.join(", ")
+            )));
+        }
+        if let Some(name) = &params.connection
+            && !self.config.allows_connection(name, &host)
+        {
+            return Err(Failure::plain(format!(
+                "connection `{name}` may not be sent to `{host}`; it may go to: {} ([tools.http.connection_hosts])",
+                self.config.connection_hosts.get(name).map(|hosts| hosts.join(", ")).unwrap_or_default()
             )));
         }
         let secret = match &params.connection {
@@ -333,6 +379,25 @@ mod tests {
         assert!(!config.allows("api.github.com.evil.net"));
         assert!(!config.allows("evilexample.com"));
         assert!(!HttpConfig::default().is_enabled());
+        let v6 = HttpConfig { allowed_hosts: vec!["[::1]".into()], ..HttpConfig::default() };
+        assert!(v6.allows("[::1]") && v6.check().is_ok());
+    }
+
+    #[test]
+    fn a_connection_named_in_connection_hosts_goes_only_to_its_hosts() {
+        let config = HttpConfig {
+            allowed_hosts: vec!["api.github.com".into(), "example.org".into()],
+            connection_hosts: BTreeMap::from([("github".into(), vec!["api.github.com".into()])]),
+            ..HttpConfig::default()
+        };
+        assert!(config.allows_connection("github", "api.github.com"));
+        assert!(!config.allows_connection("github", "example.org"));
+        assert!(config.allows_connection("drive", "example.org"), "a connection not named goes to any allowed host");
+        let bad = HttpConfig {
+            connection_hosts: BTreeMap::from([("Git Hub".into(), vec!["x".into()])]),
+            ..HttpConfig::default()
+        };
+        assert!(bad.check().is_err());
     }
 
     #[test]

@@ -32,7 +32,12 @@ impl Grants for FixedGrants {
 }
 
 fn tool(max_response_bytes: usize) -> HttpTool {
-    HttpTool::new(&HttpConfig { allowed_hosts: vec!["127.0.0.1".into()], timeout_s: 10, max_response_bytes })
+    HttpTool::new(&HttpConfig {
+        allowed_hosts: vec!["127.0.0.1".into()],
+        timeout_s: 10,
+        max_response_bytes,
+        ..HttpConfig::default()
+    })
 }
 
 fn ctx() -> ToolContext {
@@ -148,4 +153,20 @@ fn a_grant_secret_never_prints() {
     let secret = GrantSecret::new(SECRET);
     assert_eq!(format!("{secret:?} {secret}"), "[redacted] [redacted]");
     assert_eq!(secret.scrub(&format!("token={SECRET}; again {SECRET}")), "token=[redacted]; again [redacted]");
+}
+
+#[tokio::test]
+async fn a_connection_bound_to_other_hosts_is_not_sent_to_this_one() {
+    let server = EchoServer::start().await;
+    let config = HttpConfig {
+        allowed_hosts: vec!["127.0.0.1".into(), "api.github.com".into()],
+        connection_hosts: std::collections::BTreeMap::from([("github".into(), vec!["api.github.com".into()])]),
+        ..HttpConfig::default()
+    };
+    let output = HttpTool::new(&config)
+        .call(&alice(), json!({"method": "GET", "url": server.base_url(), "connection": "github"}))
+        .await;
+    assert!(output.is_error());
+    assert!(output.content.contains("connection `github` may not be sent to `127.0.0.1`"), "{}", output.content);
+    assert!(server.requests().is_empty(), "the token never left");
 }

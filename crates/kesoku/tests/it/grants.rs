@@ -99,7 +99,7 @@ async fn a_delegated_token_reaches_the_tool_but_not_the_model_the_store_the_log_
     )
     .await;
     let config = format!(
-        "{}\n[service]\nshutdown_grace_s = 1\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n[tools.http]\nallowed_hosts = [\"127.0.0.1\"]\n",
+        "{}\n[service]\nshutdown_grace_s = 1\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n[tools.http]\nallowed_hosts = [\"127.0.0.1\"]\n\n[tools.http.connection_hosts]\ngithub = [\"127.0.0.1\"]\n",
         mock_model(&server.base_url())
     );
     let workspace = Workspace::with_config(&config);
