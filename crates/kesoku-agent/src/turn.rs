@@ -24,10 +24,11 @@ use kesoku_llm::{
     FinishReason, HistoryOptions, LlmError, Request, Response, ToolDeclaration, collect_response,
     history_to_conversation,
 };
-use kesoku_tools::{Registry, ToolContext, ToolOrigin, ToolOutput};
+use kesoku_tools::{Grants, Registry, ToolContext, ToolOrigin, ToolOutput};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::{ActivationContext, LimitKind};
+use crate::grants::StoreGrants;
 use crate::structured;
 
 /// Text of the nudge posted after an empty model answer.
@@ -416,6 +417,11 @@ impl<'a> Turn<'a> {
         self.usage.tool_calls += allowed.len() as u64;
         let cancel = CancellationToken::new();
         let running = FuturesUnordered::new();
+        // The connections of the person the work runs for, read by tools at call time; the
+        // user id and the secrets stay out of the model's view.
+        let grants: Option<Arc<dyn Grants>> = self.context.delegation_user.as_ref().map(|user| {
+            Arc::new(StoreGrants::new(Arc::clone(self.deps.gateway.store()), user.clone())) as Arc<dyn Grants>
+        });
         for call in allowed {
             let name = call.metadata.tool_name.clone().unwrap_or_default();
             let arguments = call.metadata.tool_arguments.clone().unwrap_or(serde_json::Value::Null);
@@ -435,6 +441,10 @@ impl<'a> Turn<'a> {
                 depth: self.context.depth,
                 activation_id: Some(self.context.activation_id.clone()),
             });
+            let ctx = match &grants {
+                Some(grants) => ctx.with_grants(Arc::clone(grants)),
+                None => ctx,
+            };
             let tools = self.deps.tools;
             let call = call.clone();
             running.push(

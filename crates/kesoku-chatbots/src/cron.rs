@@ -68,6 +68,10 @@ pub struct CronJobConfig {
     /// A JSON Schema object (written as a TOML table) the run's final answer must follow.
     #[serde(default)]
     pub output_schema: Option<Value>,
+    /// The person the job's runs work for: tools that need a connection use that person's
+    /// grants (`kesoku grants set USER NAME`). Never shown to the model.
+    #[serde(default)]
+    pub delegation_user: Option<String>,
 }
 
 fn default_chatbot() -> String {
@@ -191,6 +195,7 @@ impl CronJob {
             output_schema: self.config.output_schema.clone(),
             timezone: Some(self.timezone.name().to_owned()),
             triggered_by: Some(format!("cron:{}", self.config.name)),
+            delegation_user: self.config.delegation_user.clone(),
             ..ActivationRequest::new(ActivationKind::Workflow)
         }
     }

@@ -8,6 +8,7 @@
 pub mod activation;
 pub mod delivery;
 pub mod filter;
+pub mod grant;
 pub mod history;
 pub mod ids;
 pub mod memory;
@@ -23,6 +24,7 @@ pub use activation::{
 };
 pub use delivery::DeliveryRecord;
 pub use filter::MessageFilter;
+pub use grant::{GrantInfo, GrantKeyError, check_grant_key, check_grant_name};
 pub use ids::{ActivationId, FollowUpId, JobId, MessageId, SessionId};
 pub use memory::{MemoryGauge, MemoryReport};
 pub use message::{Message, Phase, TurnOrigin};

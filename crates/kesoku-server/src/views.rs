@@ -56,6 +56,12 @@ pub struct PostMessageParams {
     /// message's id instead of `202`.
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "web-7f3a2c")]
     pub client_message_id: Option<String>,
+    /// The person on whose behalf the agent works: tools that need a connection (`http_request`
+    /// with `connection`) use that person's grants (`kesoku grants set USER NAME`). The secrets
+    /// never appear in the model's context, the stored messages or this API; the id is kept in
+    /// the message's `metadata.activation`.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "alice")]
+    pub delegation_user: Option<String>,
 }
 
 /// One attached file.
@@ -98,6 +104,7 @@ impl Validate for PostMessageParams {
         if let Some(client_message_id) = &self.client_message_id {
             check_text("client_message_id", client_message_id, 1, MAX_NAME_CHARS)?;
         }
+        check_delegation_user(self.delegation_user.as_deref())?;
         if self.attachments.len() > MAX_ATTACHMENTS {
             return Err(AppError::invalid_field(format!("at most {MAX_ATTACHMENTS} attachments per message")));
         }
@@ -171,6 +178,25 @@ pub struct PostActivationParams {
     /// same id is stored once and answers `200` with the first message instead of `202`.
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "hook-2026-05-27")]
     pub client_request_id: Option<String>,
+    /// The person on whose behalf the agent works: tools that need a connection (`http_request`
+    /// with `connection`) use that person's grants (`kesoku grants set USER NAME`). The secrets
+    /// never appear in the model's context, the stored messages or this API; the id is kept in
+    /// the message's `metadata.activation`.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "alice")]
+    pub delegation_user: Option<String>,
+}
+
+/// A `delegation_user`, when given: a user id as `kesoku grants` stores it (not blank).
+fn check_delegation_user(user: Option<&str>) -> Result<(), AppError> {
+    if let Some(user) = user {
+        check_text("delegation_user", user, 1, MAX_NAME_CHARS)?;
+        if user.trim().is_empty() {
+            return Err(AppError::invalid_field(
+                "`delegation_user` must not be blank: give the user id grants were set for (`kesoku grants list`)",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Longest time zone name accepted (the longest IANA name is 32 characters).
@@ -191,6 +217,7 @@ impl Validate for PostActivationParams {
                 check_text(field, value, 1, MAX_NAME_CHARS)?;
             }
         }
+        check_delegation_user(self.delegation_user.as_deref())?;
         if let Some(schema) = &self.output_schema
             && let Err(reason) = kesoku_chatbots::ingest::check_output_schema(schema)
         {

@@ -77,6 +77,15 @@ pub(crate) fn delivery_failure_note(reason: &str) -> String {
     format!("delivery failed: {reason}")
 }
 
+/// A grant key the store refuses (empty user, bad name), before anything is written.
+pub(crate) fn check_grant(user: &str, name: &str) -> Result<(), StoreError> {
+    kesoku_core::check_grant_key(user, name).map_err(|error| StoreError::IllegalChange {
+        what: "grant",
+        id: format!("{user}/{name}"),
+        reason: error.to_string(),
+    })
+}
+
 pub(crate) fn not_found(what: &'static str, id: &str) -> StoreError {
     StoreError::NotFound { what, id: id.to_owned() }
 }

@@ -30,8 +30,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_core::{
-    ActivationId, ActivationKind, DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd,
-    JobFilter, JobId, Lane, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Role, Session,
+    ActivationId, ActivationKind, DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, GrantInfo, Job,
+    JobEnd, JobFilter, JobId, Lane, LedgerEntry, Message, MessageFilter, MessageId, Metadata, Outcome, Role, Session,
     SessionId, Status, Usage,
 };
 
@@ -222,6 +222,22 @@ pub trait Store: Send + Sync + 'static {
 
     /// Set (or replace) a chat platform adapter's remembered value. Takes no revision.
     async fn set_chatbot_state(&self, chatbot_id: &str, key: &str, value: &str) -> StoreResult<()>;
+
+    /// Set (or replace) `user`'s grant `name` to `secret`: `created_at` is kept on a
+    /// replacement, `updated_at` stamped. [`StoreError::IllegalChange`] for an empty user or a
+    /// name that is not `[a-z0-9_-]{1,64}` ([`kesoku_core::check_grant_key`]). Takes no revision.
+    async fn set_grant(&self, user: &str, name: &str, secret: &str) -> StoreResult<()>;
+
+    /// The secret of `user`'s grant `name`, `None` when there is none. The only read of a
+    /// secret: callers hand it to the one request that needs it.
+    async fn grant_secret(&self, user: &str, name: &str) -> StoreResult<Option<String>>;
+
+    /// The grants of `user` (all users' when `None`), by user then name: who, which, when;
+    /// never the secrets.
+    async fn list_grants(&self, user: Option<&str>) -> StoreResult<Vec<GrantInfo>>;
+
+    /// Remove `user`'s grant `name`; false when there was none.
+    async fn remove_grant(&self, user: &str, name: &str) -> StoreResult<bool>;
 
     /// What this store holds in memory beyond its connections, for the service's metrics.
     fn memory(&self) -> StoreMemory;

@@ -64,6 +64,7 @@ pub(crate) const SQLITE: &[Migration] = &[
         description: "chatbot state",
         sql: include_str!("../migrations/sqlite/0008_chatbot_state.sql"),
     },
+    Migration { version: 9, description: "grants", sql: include_str!("../migrations/sqlite/0009_grants.sql") },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -107,10 +108,11 @@ pub(crate) const POSTGRES: &[Migration] = &[
         description: "chatbot state",
         sql: include_str!("../migrations/postgres/0008_chatbot_state.sql"),
     },
+    Migration { version: 9, description: "grants", sql: include_str!("../migrations/postgres/0009_grants.sql") },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 8;
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,6 +6,7 @@
 
 pub mod db;
 pub mod discord;
+pub mod echo;
 pub mod google_chat;
 pub mod mock_llm;
 pub mod wechat;

@@ -27,6 +27,14 @@
 //! [tools.files]
 //! max_read_chars = 50000
 //! max_file_bytes = 10485760
+//!
+//! [tools.http]
+//! allowed_hosts = []   # empty: http_request is not offered
+//! timeout_s = 30
+//! max_response_bytes = 100000
+//!
+//! [tools.http.connection_hosts]   # where each connection's token may go
+//! github = ["api.github.com"]
 //! ```
 
 use std::collections::BTreeMap;
@@ -37,6 +45,7 @@ use regex::Regex;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::files::{EDIT_FILE, READ_FILE, WRITE_FILE};
+use crate::http::HttpConfig;
 use crate::shell::RUN_SHELL_COMMAND;
 
 /// Names of the built-in tools, in the order they are documented.
@@ -56,6 +65,8 @@ pub struct ToolsConfig {
     pub shell: ShellConfig,
     /// `read_file`, `write_file` and `edit_file`.
     pub files: FilesConfig,
+    /// `http_request` (offered only when `allowed_hosts` is non-empty).
+    pub http: HttpConfig,
 }
 
 impl Default for ToolsConfig {
@@ -65,6 +76,7 @@ impl Default for ToolsConfig {
             max_concurrent_processes: 4,
             shell: ShellConfig::default(),
             files: FilesConfig::default(),
+            http: HttpConfig::default(),
         }
     }
 }
@@ -307,6 +319,9 @@ impl ToolsConfig {
         }
         if self.files.max_read_chars < 1_000 {
             return Err(invalid("files.max_read_chars", "must be at least 1000"));
+        }
+        if let Err((field, reason)) = self.http.check() {
+            return Err(ToolsConfigError::InvalidValue { field, reason });
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Tools the agent can call: the [`Tool`] contract, the [`Registry`] the agent calls them
 //! through, and the built-in tools (`run_shell_command`, `read_file`, `write_file`, `edit_file`)
-//! configured by [`ToolsConfig`].
+//! configured by [`ToolsConfig`], and `http_request` ([`HttpTool`]), which the binary offers
+//! only when `[tools.http] allowed_hosts` names hosts.
 //!
 //! Invariants:
 //! - A tool call always ends in a [`ToolOutput`]: bad arguments, refusals, timeouts and even a
@@ -10,6 +11,8 @@
 //!   one exception is explicit: a background job (`run_shell_command` with `background`, or
 //!   `on_timeout: "background"`), handed to a [`Background`] keeper outside this crate.
 //! - File tools only reach the workspace and the session's staging folder.
+//! - A grant's secret ([`GrantSecret`]) goes into the one request that needs it and is scrubbed
+//!   from every output and error text.
 //!
 //! This crate knows nothing of messages, the store or providers: the agent turns a model's tool
 //! call into [`Registry::call`] and the [`ToolOutput`] into a tool result message. It reads no
@@ -17,6 +20,7 @@
 
 pub mod config;
 pub mod files;
+pub mod http;
 pub mod limiter;
 pub mod output;
 pub mod registry;
@@ -28,6 +32,7 @@ use std::sync::Arc;
 
 pub use config::{CommandPattern, FilesConfig, PolicyMode, ShellConfig, ToolsConfig, ToolsConfigError};
 pub use files::{EDIT_FILE, EditFileTool, READ_FILE, ReadFileTool, WRITE_FILE, WriteFileTool};
+pub use http::{HTTP_REQUEST, HttpConfig, HttpTool};
 pub use limiter::{ProcessLimiter, ProcessSlot};
 pub use registry::{Registry, RegistryError};
 pub use shell::{Background, DetachedCommand, JobFiles, MovedCommand, RUN_SHELL_COMMAND, ShellTool};

@@ -52,6 +52,9 @@ pub enum Command {
     /// WeChat bot accounts: pair one by scanning a QR code.
     #[command(subcommand)]
     Wechat(WechatCommand),
+    /// People's connections (tokens) that tools use when the agent works on their behalf.
+    #[command(subcommand)]
+    Grants(GrantsCommand),
 }
 
 #[derive(Debug, Args)]
@@ -271,4 +274,30 @@ pub enum ModelsCommand {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum GrantsCommand {
+    /// Store (or replace) USER's connection NAME. The secret is read from standard input
+    /// (without echo on a terminal) or from the environment variable given with --from-env;
+    /// never from the command line, where other users and shell history could see it.
+    Set {
+        /// The person (free text: `alice`, `discord:1234`), as given in `delegation_user`.
+        user: String,
+        /// The connection's name: 1 to 64 characters of a-z, 0-9, `_` and `-` (`github`).
+        name: String,
+        /// Read the secret from this environment variable instead of standard input.
+        #[arg(long = "from-env", value_name = "VAR")]
+        from_env: Option<String>,
+    },
+    /// List connections (names and times, never secrets), of USER or of everyone.
+    List {
+        /// Only this person's connections.
+        user: Option<String>,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove USER's connection NAME.
+    Remove { user: String, name: String },
 }

@@ -308,6 +308,12 @@ fn tools(
     if let Err(error) = subagents.register(&mut registry) {
         tracing::error!(%error, "the delegate tool could not be registered");
     }
+    // `http_request` is opt-in: offered only when `[tools.http] allowed_hosts` names hosts.
+    if config.tools.http.is_enabled()
+        && let Err(error) = registry.register(kesoku_tools::HttpTool::new(&config.tools.http))
+    {
+        tracing::error!(%error, "the http_request tool could not be registered");
+    }
     registry
 }
 

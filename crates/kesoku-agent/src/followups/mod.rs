@@ -261,7 +261,11 @@ impl Followups {
             Some(current) if current.state == FollowUpState::Pending => {}
             Some(_) | None => return Ok(()),
         }
-        match self.inner.gateway.post(&self.reminder(followup)).await {
+        let mut reminder = self.reminder(followup);
+        if let Some(root) = &followup.created_by {
+            crate::grants::inherit_delegation_user(self.store().as_ref(), root, &mut reminder).await?;
+        }
+        match self.inner.gateway.post(&reminder).await {
             Ok(_) => {}
             // Posted before: by another scheduler, or by this one before a crash kept it from
             // marking the row.

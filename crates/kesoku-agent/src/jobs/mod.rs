@@ -378,7 +378,8 @@ impl Jobs {
         let end = resolve_end(&current, &ended);
         let tail =
             report::Tail { lines: self.inner.config.alert_tail_lines, chars: self.inner.config.alert_tail_chars };
-        let alert = report::wakeup_alert(&current, &end, tail, &self.shown_logs(&current));
+        let mut alert = report::wakeup_alert(&current, &end, tail, &self.shown_logs(&current));
+        crate::grants::inherit_delegation_user(self.store().as_ref(), &current.message_id, &mut alert).await?;
         match self.inner.gateway.post(&alert).await {
             Ok(_) => {}
             // Posted before a crash or by another process: the alert exists once, as it should.

@@ -430,3 +430,24 @@ async fn bad_calls_are_refused_with_what_to_do() {
     let all = process.gateway.store().list_followups(&FollowUpFilter::default()).await.expect("list");
     assert!(all.is_empty(), "nothing was stored: {all:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_followup_scheduled_in_work_for_a_person_fires_for_the_same_person() {
+    let (mut f, process) = Fixture::new("2026-12-05T10:00:00Z").await;
+    // The scheduling turn ran for alice (its root asked for that).
+    let mut root = Message::user_text(&f.session.id, BOT, CHANNEL, "Ada", "Check my pull requests tomorrow.");
+    root.metadata.activation = Some(ActivationRequest {
+        delegation_user: Some("alice".into()),
+        ..ActivationRequest::new(ActivationKind::Message)
+    });
+    process.gateway.store().insert_message(&root).await.expect("store the delegated root");
+    f.root = root;
+    let (followup, _) = f.schedule(&process, "10m", "Check alice's pull requests.").await;
+    tokio::time::sleep(Duration::from_secs(15 * 60)).await;
+    process.followups.fire_due().await.expect("a pass");
+    let reminders = process.reminders().await;
+    assert_eq!(reminders.len(), 1);
+    let request = reminders[0].metadata.activation.as_ref().expect("a follow-up request");
+    assert_eq!((request.kind, request.followup_id.as_ref()), (ActivationKind::FollowUp, Some(&followup.id)));
+    assert_eq!(request.delegation_user.as_deref(), Some("alice"), "the reminder's turn runs for alice too");
+}

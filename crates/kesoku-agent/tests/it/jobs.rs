@@ -513,3 +513,18 @@ async fn more_background_jobs_than_the_cap_are_refused_until_one_ends() {
     let third = f.start("echo third").await;
     assert_eq!(f.ended(&third.id).await.exit_code, Some(0));
 }
+
+#[tokio::test]
+async fn a_job_started_in_work_for_a_person_wakes_a_turn_for_the_same_person() {
+    let mut f = Fixture::new().await;
+    let mut root = Message::user_text(&f.session.id, BOT, CHANNEL, "Chii", "build my project in the background");
+    root.metadata.activation = Some(ActivationRequest {
+        delegation_user: Some("alice".into()),
+        ..ActivationRequest::new(ActivationKind::Message)
+    });
+    f.root = f.gateway.post(&root).await.expect("post the delegated root").message;
+    let job = f.start("exit 0").await;
+    let alert = f.alert(&job).await;
+    let expected = ActivationRequest { delegation_user: Some("alice".into()), ..expected_activation(&job) };
+    assert_eq!(alert.metadata.activation, Some(expected), "the job-result turn runs for alice too");
+}

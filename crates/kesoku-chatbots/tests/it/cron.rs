@@ -29,6 +29,7 @@ fn job(name: &str, schedule: &str) -> CronJobConfig {
         catch_up: true,
         model: None,
         output_schema: None,
+        delegation_user: None,
     }
 }
 
@@ -266,7 +267,18 @@ fn an_output_schema_that_does_not_compile_is_refused_saying_why() {
         catch_up: true,
         model: None,
         output_schema: Some(serde_json::json!({"type": 12})),
+        delegation_user: None,
     };
     let error = CronJob::parse(config).map(|_| ()).expect_err("refused").to_string();
     assert!(error.contains("`typed`") && error.contains("is not a valid JSON Schema"), "{error}");
+}
+
+#[test]
+fn a_jobs_delegation_user_is_carried_in_the_workflow_activation_it_asks_for() {
+    let at = Utc::now();
+    let mine = CronJob::parse(CronJobConfig { delegation_user: Some("alice".into()), ..job("mine", "@daily") })
+        .expect("valid");
+    assert_eq!(mine.activation(at).delegation_user.as_deref(), Some("alice"));
+    let nobody = CronJob::parse(job("theirs", "@daily")).expect("valid");
+    assert_eq!(nobody.activation(at).delegation_user, None);
 }

@@ -89,6 +89,7 @@ pub(crate) async fn post_activation(
         output_schema: params.output_schema,
         timezone: params.timezone,
         triggered_by: Some(API_TRIGGER_SOURCE.to_owned()),
+        delegation_user: params.delegation_user,
         ..ActivationRequest::new(ActivationKind::DirectTrigger)
     };
     let mut inbound = Inbound::text(&params.chatbot_id, &params.channel_id, SENDER_TRIGGER, params.task);

@@ -6,6 +6,7 @@ use axum::extract::State;
 use http::StatusCode;
 use kesoku_chatbots::staging::Staging;
 use kesoku_chatbots::{Inbound, Ingested, ingest};
+use kesoku_core::activation::{ActivationKind, ActivationRequest};
 
 use crate::attachments;
 use crate::error::AppError;
@@ -43,6 +44,13 @@ pub(crate) async fn post_message(
     let mut inbound = Inbound::text(chatbot_id, &params.channel_id, &params.sender, params.content);
     inbound.platform_key = params.client_message_id;
     inbound.files = files;
+    // Work for a person (their grants reach the tools): the root asks for a plain `message`
+    // activation that carries the delegation user.
+    if let Some(user) = params.delegation_user {
+        let request =
+            ActivationRequest { delegation_user: Some(user), ..ActivationRequest::new(ActivationKind::Message) };
+        inbound.metadata.activation = Some(request);
+    }
     let staging = Staging::new(&state.workspace);
     match ingest(&state.gateway, &staging, inbound).await? {
         Ingested::Posted(message) => {

@@ -199,3 +199,57 @@ async fn bad_requests_are_refused_with_what_was_wrong_and_store_nothing() {
     assert_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field");
     assert!(reply.message().contains("none are configured"), "{}", reply.message());
 }
+
+#[tokio::test]
+async fn a_delegation_user_is_carried_in_the_roots_activation_request_of_a_trigger_and_a_message() {
+    let server = TestServer::new().await;
+    let trigger = send(
+        &app(&server),
+        post_json(
+            "/v1/activations",
+            &json!({"task": "Open an issue", "chatbot_id": "api", "channel_id": "ops", "delegation_user": "alice"}),
+        ),
+    )
+    .await;
+    assert_eq!(trigger.status, StatusCode::ACCEPTED, "{trigger:?}");
+    let request = stored(&server, &trigger).await.metadata.activation.expect("an activation request");
+    assert_eq!((request.kind, request.delegation_user.as_deref()), (ActivationKind::DirectTrigger, Some("alice")));
+
+    let message = send(
+        &app(&server),
+        post_json(
+            "/v1/messages",
+            &json!({"channel_id": "web", "sender": "Alice", "content": "my repos?", "delegation_user": "discord:1234"}),
+        ),
+    )
+    .await;
+    assert_eq!(message.status, StatusCode::ACCEPTED, "{message:?}");
+    let id = MessageId::from(message.json["id"].as_str().expect("an id"));
+    let stored_message = server.store.get_message(&id).await.expect("read").expect("stored");
+    let request = stored_message.metadata.activation.expect("a plain message asks for a message activation");
+    assert_eq!(
+        request,
+        ActivationRequest {
+            delegation_user: Some("discord:1234".into()),
+            ..ActivationRequest::new(ActivationKind::Message)
+        }
+    );
+
+    // Without one, a plain message carries no activation request, as before.
+    let plain =
+        send(&app(&server), post_json("/v1/messages", &json!({"channel_id": "web", "sender": "Bob", "content": "hi"})))
+            .await;
+    let id = MessageId::from(plain.json["id"].as_str().expect("an id"));
+    assert_eq!(server.store.get_message(&id).await.expect("read").expect("stored").metadata.activation, None);
+
+    let blank = send(
+        &app(&server),
+        post_json(
+            "/v1/activations",
+            &json!({"task": "x", "chatbot_id": "api", "channel_id": "ops", "delegation_user": " "}),
+        ),
+    )
+    .await;
+    assert_error(&blank, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field");
+    assert!(blank.message().contains("delegation_user"), "{blank:?}");
+}

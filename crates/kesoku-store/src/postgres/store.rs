@@ -15,8 +15,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_core::{
-    DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd, JobFilter, JobId, Message,
-    MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status,
+    DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, GrantInfo, Job, JobEnd, JobFilter, JobId,
+    Message, MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status,
 };
 use sqlx::postgres::PgConnection;
 use sqlx::{AssertSqlSafe, Postgres, Row};
@@ -26,8 +26,8 @@ use super::work;
 use super::{PgStore, bind, decode_all};
 use crate::clock::truncate;
 use crate::common::{
-    CAS_ATTEMPTS, check_claim, check_finish, check_settle, event, first_repeated_id, insert_error, not_found,
-    session_reference_error, stamp,
+    CAS_ATTEMPTS, check_claim, check_finish, check_grant, check_settle, event, first_repeated_id, insert_error,
+    not_found, session_reference_error, stamp,
 };
 use crate::decode::{self, Cells, StoredMessage};
 use crate::error::{StoreError, StoreResult};
@@ -557,7 +557,6 @@ impl Store for PgStore {
         self.clock.clone()
     }
 
-    /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
     async fn chatbot_state(&self, chatbot_id: &str, key: &str) -> StoreResult<Option<String>> {
         let value: Option<(String,)> =
             sqlx::query_as("SELECT value FROM chatbot_state WHERE chatbot_id = $1 AND key = $2")
@@ -582,6 +581,54 @@ impl Store for PgStore {
         Ok(())
     }
 
+    async fn set_grant(&self, user: &str, name: &str, secret: &str) -> StoreResult<()> {
+        check_grant(user, name)?;
+        sqlx::query(
+            "INSERT INTO grants (user_id, name, secret, created_at, updated_at) VALUES ($1, $2, $3, $4, $4) \
+             ON CONFLICT (user_id, name) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at",
+        )
+        .bind(user)
+        .bind(name)
+        .bind(secret)
+        .bind(truncate(self.clock.now()))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn grant_secret(&self, user: &str, name: &str) -> StoreResult<Option<String>> {
+        let secret: Option<(String,)> = sqlx::query_as("SELECT secret FROM grants WHERE user_id = $1 AND name = $2")
+            .bind(user)
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(secret.map(|(secret,)| secret))
+    }
+
+    async fn list_grants(&self, user: Option<&str>) -> StoreResult<Vec<GrantInfo>> {
+        let rows: Vec<(String, String, DateTime<Utc>, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT user_id, name, created_at, updated_at FROM grants \
+             WHERE $1::TEXT IS NULL OR user_id = $1 ORDER BY user_id, name",
+        )
+        .bind(user)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(user_id, name, created_at, updated_at)| GrantInfo { user_id, name, created_at, updated_at })
+            .collect())
+    }
+
+    async fn remove_grant(&self, user: &str, name: &str) -> StoreResult<bool> {
+        let removed = sqlx::query("DELETE FROM grants WHERE user_id = $1 AND name = $2")
+            .bind(user)
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(removed.rows_affected() == 1)
+    }
+
+    /// A PostgreSQL store keeps nothing in memory beyond its pool's connections.
     fn memory(&self) -> StoreMemory {
         StoreMemory::default()
     }

@@ -17,8 +17,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use kesoku_core::{
-    DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, Job, JobEnd, JobFilter, JobId, Message,
-    MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status,
+    DeliveryRecord, FollowUp, FollowUpFilter, FollowUpId, FollowUpState, GrantInfo, Job, JobEnd, JobFilter, JobId,
+    Message, MessageFilter, MessageId, Metadata, Role, Session, SessionId, Status,
 };
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params, params_from_iter};
@@ -29,8 +29,8 @@ use super::rows::{
     time_text, update_returning,
 };
 use super::work;
-use crate::common::{check_claim, check_finish, check_settle, event, first_repeated_id, not_found, stamp};
-use crate::decode::{self, Cells, StoredMessage};
+use crate::common::{check_claim, check_finish, check_grant, check_settle, event, first_repeated_id, not_found, stamp};
+use crate::decode::{self, Cells, StoredMessage, parse_time_text};
 use crate::error::{StoreError, StoreResult};
 use crate::sql::{
     Arg, DELIVERY_COLUMNS, FOLLOWUP_COLUMNS, JOB_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS,
@@ -593,6 +593,81 @@ impl Store for SqliteStore {
                 )?
                 .execute(params![chatbot_id, key, value, now])?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn set_grant(&self, user: &str, name: &str, secret: &str) -> StoreResult<()> {
+        check_grant(user, name)?;
+        let (user, name, secret) = (user.to_owned(), name.to_owned(), secret.to_owned());
+        let now = time_text(self.clock.now());
+        self.engine
+            .write(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO grants (user_id, name, secret, created_at, updated_at) VALUES (?1, ?2, ?3, ?4, ?4) \
+                     ON CONFLICT (user_id, name) DO UPDATE SET secret = excluded.secret, updated_at = excluded.updated_at",
+                )?
+                .execute(params![user, name, secret, now])?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn grant_secret(&self, user: &str, name: &str) -> StoreResult<Option<String>> {
+        let (user, name) = (user.to_owned(), name.to_owned());
+        self.engine
+            .read(move |conn| {
+                let secret = conn
+                    .prepare_cached("SELECT secret FROM grants WHERE user_id = ?1 AND name = ?2")?
+                    .query_row(params![user, name], |row| row.get::<_, String>(0))
+                    .optional()?;
+                Ok(secret)
+            })
+            .await
+    }
+
+    async fn list_grants(&self, user: Option<&str>) -> StoreResult<Vec<GrantInfo>> {
+        let user = user.map(str::to_owned);
+        self.engine
+            .read(move |conn| {
+                let mut statement = conn.prepare_cached(
+                    "SELECT user_id, name, created_at, updated_at FROM grants \
+                     WHERE ?1 IS NULL OR user_id = ?1 ORDER BY user_id, name",
+                )?;
+                let rows = statement.query_map(params![user], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                        row.get::<_, String>(3)?,
+                    ))
+                })?;
+                let mut grants = Vec::new();
+                for row in rows {
+                    let (user_id, name, created_at, updated_at) = row?;
+                    let time = |text: &str| {
+                        parse_time_text(text).map_err(|reason| StoreError::Corrupt {
+                            table: "grants",
+                            id: format!("{user_id}/{name}"),
+                            reason,
+                        })
+                    };
+                    let (created_at, updated_at) = (time(&created_at)?, time(&updated_at)?);
+                    grants.push(GrantInfo { user_id, name, created_at, updated_at });
+                }
+                Ok(grants)
+            })
+            .await
+    }
+
+    async fn remove_grant(&self, user: &str, name: &str) -> StoreResult<bool> {
+        let (user, name) = (user.to_owned(), name.to_owned());
+        self.engine
+            .write(move |conn| {
+                let removed = conn
+                    .prepare_cached("DELETE FROM grants WHERE user_id = ?1 AND name = ?2")?
+                    .execute(params![user, name])?;
+                Ok(removed == 1)
             })
             .await
     }

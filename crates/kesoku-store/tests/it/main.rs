@@ -9,6 +9,7 @@ mod chatbot_state;
 mod claims;
 mod corrupt;
 mod deliveries;
+mod grants;
 mod harness;
 mod history;
 mod ledger;

@@ -20,7 +20,7 @@ place_tests!(
 );
 
 /// Every schema version this build applies, in order.
-const ALL_VERSIONS: [&str; 8] = ["1", "2", "3", "4", "5", "6", "7", "8"];
+const ALL_VERSIONS: [&str; 9] = ["1", "2", "3", "4", "5", "6", "7", "8", "9"];
 
 async fn versions(place: &Place) -> Vec<String> {
     place.raw_strings("SELECT CAST(version AS TEXT) FROM kesoku_schema_version ORDER BY version").await
@@ -59,7 +59,7 @@ async fn a_newer_schema_is_refused(place: Place) {
     let text = error.to_string();
     assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
     assert!(text.contains("99") && text.contains("newer") && text.contains("upgrade kesoku"), "{text}");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "6", "7", "8", "99"]);
+    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "6", "7", "8", "9", "99"]);
     assert_eq!(place.raw_strings("SELECT id FROM messages").await, ["msg_kept"]);
     place.cleanup().await;
 }
@@ -127,7 +127,7 @@ async fn an_older_schema_is_migrated_keeping_its_data(place: Place) {
     assert_eq!(opened.ledger().get_activation(&entry.id).await.expect("get"), Some(entry));
     // So do the tables of the latest version.
     let tables = place.tables().await;
-    for table in ["followups", "jobs", "chatbot_state"] {
+    for table in ["followups", "jobs", "chatbot_state", "grants"] {
         assert!(tables.contains(&table.to_owned()), "{table} missing from {tables:?}");
     }
     let followup = kesoku_core::FollowUp {

@@ -6,6 +6,7 @@
 
 mod config;
 mod files;
+mod http;
 mod registry;
 mod shell;
 mod shell_processes;

@@ -2,6 +2,7 @@
 
 mod chat;
 mod followups;
+mod grants;
 mod history;
 mod init;
 mod jobs;
@@ -37,5 +38,6 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Wechat(WechatCommand::Pair { id }) => {
             crate::platforms::wechat::pair(&Config::load(&cli.config)?, id.as_deref()).await
         }
+        Command::Grants(command) => grants::run(&Config::load(&cli.config)?, command).await,
     }
 }

@@ -120,6 +120,30 @@ fn cases() -> Vec<Case> {
             change: |config| config.tools.files.max_read_chars = 2000,
         },
         Case {
+            table: "[tools.http]",
+            text: "[tools.http]\nallowed_hosts = [\"api.github.com\"]\n",
+            change: |config| config.tools.http.allowed_hosts = vec!["api.github.com".into()],
+        },
+        Case {
+            table: "[[cron]] delegation_user",
+            text: "[[cron]]\nname = \"mine\"\nschedule = \"@daily\"\nprompt = \"report\"\nchannel = \"ops\"\ndelegation_user = \"alice\"\n",
+            change: |config| {
+                let job = CronJob::parse(CronJobConfig {
+                    name: "mine".into(),
+                    schedule: "@daily".into(),
+                    prompt: "report".into(),
+                    chatbot: "api".into(),
+                    channel: "ops".into(),
+                    timezone: None,
+                    catch_up: true,
+                    model: None,
+                    output_schema: None,
+                    delegation_user: Some("alice".into()),
+                });
+                config.cron.push(job.expect("a valid job"));
+            },
+        },
+        Case {
             table: "[service]",
             text: "[service]\nshutdown_grace_s = 3\n",
             change: |config| config.service.shutdown_grace_s = 3,
@@ -145,6 +169,7 @@ fn cases() -> Vec<Case> {
                     catch_up: true,
                     model: None,
                     output_schema: None,
+                    delegation_user: None,
                 });
                 config.cron.push(job.expect("a valid job"));
             },

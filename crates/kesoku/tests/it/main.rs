@@ -6,6 +6,7 @@ mod chat;
 mod discord;
 mod followups;
 mod google_chat;
+mod grants;
 mod jobs;
 mod local;
 mod repl;
