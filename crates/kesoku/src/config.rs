@@ -267,7 +267,10 @@ impl Config {
         if let Err(error) = file.tools.validate() {
             bail!("{}: [tools]: {error}", path.display());
         }
-        let mut chatbot_ids = std::collections::BTreeSet::from(["cli", "api", "system"]);
+        // `system` and `agent` (sub-agent sessions) are the runtime's own; nobody delivers them.
+        let reserved = ["system", kesoku_agent::subagents::AGENT_CHATBOT];
+        let mut chatbot_ids = std::collections::BTreeSet::from(["cli", "api"]);
+        chatbot_ids.extend(reserved);
         let mut index_in_table = std::collections::BTreeMap::<&str, usize>::new();
         for entry in file.chatbots.entries() {
             let index = index_in_table.entry(entry.table).and_modify(|n| *n += 1).or_insert(1);
@@ -286,8 +289,8 @@ impl Config {
         // A cron job's answers go to its chatbot: one that is not configured would leave them
         // waiting for a delivery that never comes.
         for job in &cron {
-            if !chatbot_ids.contains(job.config.chatbot.as_str()) || job.config.chatbot == "system" {
-                let configured: Vec<&str> = chatbot_ids.iter().copied().filter(|id| *id != "system").collect();
+            if !chatbot_ids.contains(job.config.chatbot.as_str()) || reserved.contains(&job.config.chatbot.as_str()) {
+                let configured: Vec<&str> = chatbot_ids.iter().copied().filter(|id| !reserved.contains(id)).collect();
                 bail!(
                     "{}: [[cron]] job `{}`: chatbot = \"{}\" is not a configured chatbot; use one of: {}",
                     path.display(),

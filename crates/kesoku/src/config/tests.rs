@@ -200,9 +200,11 @@ fn two_chatbots_with_one_id_are_refused_naming_the_id() {
     let text = "[[chatbots.discord]]\n[[chatbots.discord]]\ntoken_env = \"OTHER\"\n";
     let error = Config::parse(Path::new(PATH), text).err().map(|error| format!("{error:#}")).unwrap_or_default();
     assert!(error.contains("entry 2: id = \"discord\" is already taken"), "{error}");
-    let text = "[[chatbots.discord]]\nid = \"api\"\n";
-    let error = Config::parse(Path::new(PATH), text).err().map(|error| format!("{error:#}")).unwrap_or_default();
-    assert!(error.contains("id = \"api\" is already taken"), "{error}");
+    for taken in ["api", "system", "agent"] {
+        let text = format!("[[chatbots.discord]]\nid = \"{taken}\"\n");
+        let error = Config::parse(Path::new(PATH), &text).err().map(|error| format!("{error:#}")).unwrap_or_default();
+        assert!(error.contains(&format!("id = \"{taken}\" is already taken")), "{error}");
+    }
 }
 
 #[test]
