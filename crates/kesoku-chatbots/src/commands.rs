@@ -159,6 +159,27 @@ impl CommandReply {
 }
 
 /// Run `command` for the channel and session of `context`.
+/// Run `command` on the active session of (`chatbot_id`, `channel_id`), as chat platforms do for
+/// a command typed in a channel: the reply text, or a line saying what failed.
+pub async fn run_in_channel(
+    gateway: &Gateway,
+    control: &dyn SessionControl,
+    chatbot_id: &str,
+    channel_id: &str,
+    command: &ChatCommand,
+) -> String {
+    let failed = |error: &dyn std::fmt::Display| format!("⚠️ `/{}` failed: {error}", command.name());
+    let session = match gateway.resolve_session(chatbot_id, channel_id).await {
+        Ok(session) => session,
+        Err(error) => return failed(&error),
+    };
+    let context = CommandContext { gateway, control, chatbot_id, channel_id, session_id: &session.id };
+    match execute(command, &context).await {
+        Ok(reply) => reply.text,
+        Err(error) => failed(&error),
+    }
+}
+
 pub async fn execute(command: &ChatCommand, context: &CommandContext<'_>) -> Result<CommandReply, ChatbotError> {
     match command {
         ChatCommand::Help => Ok(CommandReply::text(help_text())),

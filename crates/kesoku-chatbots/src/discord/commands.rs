@@ -22,7 +22,7 @@ use super::inbound::{self, Place};
 use super::status::DISCORD_MAX_CHARS;
 use super::wire::{self, Interaction, interaction_kind};
 use crate::answer;
-use crate::commands::{self, ChatCommand, CommandContext};
+use crate::commands::{self, ChatCommand};
 use crate::ingest::{Inbound, Ingested, ingest};
 
 /// Discord's limit on a command description.
@@ -145,21 +145,7 @@ async fn slash_command(shared: &Shared, interaction: &Interaction) -> Result<(),
 /// Run a shared command for a channel's session; the reply text (an error says what failed).
 /// Slash commands and commands typed as messages both run here.
 pub(super) async fn run_command(shared: &Shared, command: &ChatCommand, channel_id: &str) -> String {
-    let session = match shared.gateway.resolve_session(&shared.config.id, channel_id).await {
-        Ok(session) => session,
-        Err(error) => return format!("⚠️ `/{}` failed: {error}", command.name()),
-    };
-    let context = CommandContext {
-        gateway: &shared.gateway,
-        control: shared.control.as_ref(),
-        chatbot_id: &shared.config.id,
-        channel_id,
-        session_id: &session.id,
-    };
-    match commands::execute(command, &context).await {
-        Ok(reply) => reply.text,
-        Err(error) => format!("⚠️ `/{}` failed: {error}", command.name()),
-    }
+    commands::run_in_channel(&shared.gateway, shared.control.as_ref(), &shared.config.id, channel_id, command).await
 }
 
 async fn component(shared: &Shared, interaction: &Interaction) -> Result<(), super::rest::DiscordApiError> {

@@ -24,7 +24,7 @@ use super::format::to_chat_text;
 use super::outbound::{ANSWER_FUNCTION, fit_text};
 use super::pubsub::ReceivedMessage;
 use super::rest::{Place, client_message_id};
-use crate::commands::{self, CommandContext};
+use crate::commands;
 use crate::ingest::{Inbound, IngestError, Ingested, ingest};
 
 /// What became of a pulled message.
@@ -269,21 +269,7 @@ async fn post_text(shared: &Shared, channel_id: &str, text: &str, id: &str) {
 }
 
 async fn run_command(shared: &Shared, command: &commands::ChatCommand, channel_id: &str) -> String {
-    let session = match shared.gateway.resolve_session(&shared.config.id, channel_id).await {
-        Ok(session) => session,
-        Err(error) => return format!("⚠️ `/{}` failed: {error}", command.name()),
-    };
-    let context = CommandContext {
-        gateway: &shared.gateway,
-        control: shared.control.as_ref(),
-        chatbot_id: &shared.config.id,
-        channel_id,
-        session_id: &session.id,
-    };
-    match commands::execute(command, &context).await {
-        Ok(reply) => reply.text,
-        Err(error) => format!("⚠️ `/{}` failed: {error}", command.name()),
-    }
+    commands::run_in_channel(&shared.gateway, shared.control.as_ref(), &shared.config.id, channel_id, command).await
 }
 
 #[cfg(test)]

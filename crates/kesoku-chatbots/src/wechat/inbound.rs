@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::api::{ApiError, CdnMedia, MESSAGE_TYPE_BOT, MessageItem, WeixinMessage, item_type};
 use super::crypto::AesKey;
-use crate::commands::{self, CommandContext};
+use crate::commands;
 use crate::ingest::{Inbound, Ingested, ingest};
 use crate::staging::IncomingFile;
 
@@ -330,22 +330,9 @@ async fn run_command(
     key: &str,
     context_token: Option<&str>,
 ) {
-    let text = match shared.gateway.resolve_session(&shared.config.id, channel_id).await {
-        Ok(session) => {
-            let context = CommandContext {
-                gateway: &shared.gateway,
-                control: shared.control.as_ref(),
-                chatbot_id: &shared.config.id,
-                channel_id,
-                session_id: &session.id,
-            };
-            match commands::execute(command, &context).await {
-                Ok(reply) => reply.text,
-                Err(error) => format!("/{} failed: {error}", command.name()),
-            }
-        }
-        Err(error) => format!("/{} failed: {error}", command.name()),
-    };
+    let text =
+        commands::run_in_channel(&shared.gateway, shared.control.as_ref(), &shared.config.id, channel_id, command)
+            .await;
     let text = super::text::plain_text(&text);
     let reply = super::outbound::text_message(channel_id, &format!("kesoku-cmd-{key}"), &text, context_token);
     if let Err(error) = shared.client.send_message(&reply).await {
