@@ -177,8 +177,11 @@ impl CronJob {
     }
 
     fn content(&self, scheduled: DateTime<Utc>) -> String {
-        let local = scheduled.with_timezone(&self.timezone);
-        format!("`Cronjob` at `{} {}`:\n{}", local.format("%Y-%m-%d %H:%M:%S"), self.timezone, self.config.prompt)
+        format!(
+            "{}{}",
+            crate::ingest::sender_header(SENDER_CRONJOB, None, scheduled, self.timezone),
+            self.config.prompt
+        )
     }
 
     /// The workflow activation a run scheduled at `scheduled` asks for. The task is the bare

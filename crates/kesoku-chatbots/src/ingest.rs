@@ -14,6 +14,8 @@
 //! Not here: commands (parsed by the caller before ingesting, [`crate::commands`]), platform
 //! payloads, downloading files.
 
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
 use kesoku_core::{Message, MessageId, Metadata, SessionId};
 use kesoku_gateway::{Gateway, GatewayError};
 use kesoku_store::StoreError;
@@ -157,6 +159,17 @@ pub async fn ingest(gateway: &Gateway, staging: &Staging, inbound: Inbound) -> R
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// The line a chat message's content starts with (spec 3.1): who wrote it, how to mention them
+/// on the platform if it has mentions, and when, in the chatbot's zone:
+/// `` `Name` <@id> at `2026-05-27 20:45:00 Asia/Shanghai`:\n ``. A backtick in the name would end
+/// the code span early, so it becomes `'`.
+pub fn sender_header(name: &str, mention: Option<&str>, at: DateTime<Utc>, zone: Tz) -> String {
+    let name = name.replace('`', "'");
+    let local = at.with_timezone(&zone);
+    let mention = mention.map(|mention| format!(" {mention}")).unwrap_or_default();
+    format!("`{name}`{mention} at `{} {}`:\n", local.format("%Y-%m-%d %H:%M:%S"), zone.name())
 }
 
 /// Who sent a platform message, as the admission rules need it.

@@ -134,10 +134,7 @@ pub fn display_name<'a>(author: &'a User, member: Option<&'a Member>) -> &'a str
 
 /// The header before the prompt: `` `Name` <@id> at `2026-05-27 20:45:00 Asia/Shanghai`:\n ``.
 pub fn header(name: &str, user_id: u64, at: DateTime<Utc>, zone: Tz) -> String {
-    // A backtick in a name would end the code span early.
-    let name = name.replace('`', "'");
-    let local = at.with_timezone(&zone);
-    format!("`{name}` <@{user_id}> at `{} {}`:\n", local.format("%Y-%m-%d %H:%M:%S"), zone.name())
+    crate::ingest::sender_header(name, Some(&format!("<@{user_id}>")), at, zone)
 }
 
 /// When the message was written: its timestamp, else the time in its snowflake.

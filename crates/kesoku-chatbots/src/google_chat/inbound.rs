@@ -53,9 +53,7 @@ pub fn channel_for(space: Option<&ChatSpace>, message: &ChatMessage) -> Option<S
 
 /// The line before a message's text: who wrote it, and when in the configured zone.
 pub fn header(name: &str, user: &str, at: DateTime<Utc>, zone: Tz) -> String {
-    let name = name.replace('`', "'");
-    let local = at.with_timezone(&zone);
-    format!("`{name}` <{user}> at `{} {}`:\n", local.format("%Y-%m-%d %H:%M:%S"), zone.name())
+    crate::ingest::sender_header(name, Some(&format!("<{user}>")), at, zone)
 }
 
 /// Whether `user` may talk to the agent.

@@ -86,8 +86,7 @@ pub fn event_key(message: &WeixinMessage) -> Option<String> {
 
 /// The header before the prompt: `` `user` at `2026-05-27 20:45:00 Asia/Shanghai`:\n ``.
 pub fn header(user_id: &str, at: DateTime<Utc>, zone: Tz) -> String {
-    let local = at.with_timezone(&zone);
-    format!("`{}` at `{} {}`:\n", user_id.replace('`', "'"), local.format("%Y-%m-%d %H:%M:%S"), zone.name())
+    crate::ingest::sender_header(user_id, None, at, zone)
 }
 
 /// Run the poll until `shutdown`.
