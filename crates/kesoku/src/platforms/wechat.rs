@@ -21,8 +21,7 @@ use crate::config::Config;
 
 /// Where the pairing of entry `id` is kept.
 pub fn pairing_path(config: &Config, id: &str) -> PathBuf {
-    let base = config.path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    base.join("kesoku-secrets").join(format!("wechat-{id}.json"))
+    config.resolve_path(&format!("kesoku-secrets/wechat-{id}.json"))
 }
 
 fn read_pairing(path: &Path) -> anyhow::Result<Option<Pairing>> {
