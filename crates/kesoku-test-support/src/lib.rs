@@ -9,4 +9,5 @@ pub mod discord;
 pub mod echo;
 pub mod google_chat;
 pub mod mock_llm;
+pub mod watched;
 pub mod wechat;

@@ -27,11 +27,10 @@ mod state;
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::sync::watch;
 
 pub use state::FakeState;
 
@@ -190,29 +189,7 @@ enum Fault {
 }
 
 /// What the server and the test share.
-struct Shared {
-    // Short critical sections only, never held across an await.
-    state: Mutex<FakeState>,
-    /// Bumped after every change, so waiters re-check without polling.
-    changed: watch::Sender<u64>,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Change the state and wake whoever waits on it.
-    fn update<R>(&self, change: impl FnOnce(&mut FakeState) -> R) -> R {
-        let result = change(&mut self.lock());
-        self.changed.send_modify(|version| *version = version.wrapping_add(1));
-        result
-    }
-
-    fn read<R>(&self, read: impl FnOnce(&FakeState) -> R) -> R {
-        read(&self.lock())
-    }
-}
+type Shared = crate::watched::Watched<FakeState>;
 
 /// A running fake Discord; stopped when dropped.
 pub struct FakeDiscord {
@@ -251,8 +228,7 @@ impl FakeDiscord {
         };
         let base_url = format!("http://{addr}");
         let gateway_url = format!("ws://{addr}/gateway");
-        let (changed, _) = watch::channel(0);
-        let shared = Arc::new(Shared { state: Mutex::new(FakeState::new(options, base_url, gateway_url)), changed });
+        let shared = Arc::new(Shared::new(FakeState::new(options, base_url, gateway_url)));
         let app = gateway::routes().merge(rest::routes()).with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, app).await {
@@ -401,7 +377,7 @@ impl FakeDiscord {
     /// Wait until `what` holds (re-checked after every change), at most `timeout`.
     pub async fn wait_for(&self, what: impl Fn(&FakeState) -> bool, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut changes = self.shared.changed.subscribe();
+        let mut changes = self.shared.subscribe();
         loop {
             changes.borrow_and_update();
             if self.shared.read(&what) {

@@ -26,7 +26,7 @@ mod state;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -37,7 +37,6 @@ use axum::response::Response;
 use axum::routing::any;
 use chrono::Utc;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
 pub use state::FakeState;
 use state::GoogleError;
@@ -181,27 +180,8 @@ pub struct Said {
     pub pubsub_id: String,
 }
 
-struct Shared {
-    // Short critical sections only, never held across an await.
-    state: Mutex<FakeState>,
-    changed: watch::Sender<u64>,
-}
-
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, FakeState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn update<R>(&self, change: impl FnOnce(&mut FakeState) -> R) -> R {
-        let result = change(&mut self.lock());
-        self.changed.send_modify(|version| *version = version.wrapping_add(1));
-        result
-    }
-
-    fn read<R>(&self, read: impl FnOnce(&FakeState) -> R) -> R {
-        read(&self.lock())
-    }
-}
+/// What the server and the test share.
+type Shared = crate::watched::Watched<FakeState>;
 
 /// A running fake; stopped when dropped.
 pub struct FakeGoogleChat {
@@ -241,9 +221,7 @@ impl FakeGoogleChat {
             Ok(addr) => addr,
             Err(error) => panic!("fake google chat has no local address: {error}"),
         };
-        let (changed, _) = watch::channel(0);
-        let state = FakeState::new(options, format!("http://{addr}"));
-        let shared = Arc::new(Shared { state: Mutex::new(state), changed });
+        let shared = Arc::new(Shared::new(FakeState::new(options, format!("http://{addr}"))));
         let app = Router::new().route("/{*rest}", any(handle)).with_state(Arc::clone(&shared));
         let task = tokio::spawn(async move {
             if let Err(error) = axum::serve(listener, app).await {
@@ -494,7 +472,7 @@ impl FakeGoogleChat {
     /// Wait until `what` holds (re-checked after every change), at most `timeout`.
     pub async fn wait_for(&self, what: impl Fn(&FakeGoogleChat) -> bool, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
-        let mut changes = self.shared.changed.subscribe();
+        let mut changes = self.shared.subscribe();
         loop {
             changes.borrow_and_update();
             if what(self) {
@@ -601,7 +579,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     if is_pull {
         let wait = shared.read(|state| state.options.pull_wait);
         let deadline = tokio::time::Instant::now() + wait;
-        let mut changes = shared.changed.subscribe();
+        let mut changes = shared.subscribe();
         loop {
             changes.borrow_and_update();
             let ready = shared.read(|state| state.has_available() || !state.pull_faults.is_empty());
