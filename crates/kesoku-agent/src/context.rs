@@ -45,6 +45,11 @@ pub struct ActivationContext {
     pub depth: u32,
     /// The person the work runs for (tools get their grants); never shown to the model.
     pub delegation_user: Option<String>,
+    /// The configured agent (`[[agents]]`) that runs it; `None`: the default agent.
+    pub agent: Option<String>,
+    /// The multi-agent round it belongs to: the model is told its peers' names and how to pass,
+    /// never the indices.
+    pub orchestration: Option<kesoku_core::Orchestration>,
     pub locale: Option<String>,
     pub timezone: Option<String>,
     pub limits: Limits,
@@ -78,6 +83,8 @@ impl ActivationContext {
             expected_response: activation.expected_response,
             depth: activation.depth,
             delegation_user: activation.delegation_user.clone(),
+            agent: activation.agent.clone(),
+            orchestration: activation.orchestration.clone(),
             locale: activation.locale.clone(),
             timezone: activation.timezone.clone(),
             limits,

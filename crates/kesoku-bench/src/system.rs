@@ -164,6 +164,7 @@ impl System {
             config: setup.config,
             limits: setup.limits,
             intro: None,
+            personas: Default::default(),
         });
         agent.recover().await.context("recovery")?;
         let shutdown = CancellationToken::new();

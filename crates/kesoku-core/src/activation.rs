@@ -283,6 +283,70 @@ pub struct ActivationRequest {
     /// person's grant at call time. Never shown to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation_user: Option<String>,
+    /// The configured agent (`[[agents]]` name) that must answer: a person's mention, another
+    /// agent's mention, a delegation to a named agent, or the agent the orchestration dispatches.
+    /// `None`: the channel's agents decide (orchestration), or the default agent answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// Where a multi-agent round stands, carried from one agent's pass to the next dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestration: Option<Orchestration>,
+}
+
+/// Several agents sharing a channel (seed 003, "Orchestration"): the system, not the agents,
+/// decides whose turn it is. One agent is dispatched at a time in the order fixed when the
+/// message arrived; each replies or passes; the round halts when one replies or all have passed.
+/// Lives in the activation (and on the root's `metadata.activation` between dispatches), never
+/// in an agent's memory, and never in what the model sees.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Orchestration {
+    /// The channel's agents in dispatch order.
+    pub agents: Vec<String>,
+    /// Whose turn it is: an index into `agents`.
+    pub index: usize,
+    /// How many agents passed in a row before this dispatch.
+    pub no_reply_streak: u32,
+}
+
+/// What follows a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterPass {
+    /// The next agent in order is dispatched.
+    Dispatch(Orchestration),
+    /// Every agent passed: the round halts with no reply.
+    AllPassed,
+}
+
+impl Orchestration {
+    /// A round over `agents` (in order), starting with the first; `None` when there are none.
+    pub fn start(agents: Vec<String>) -> Option<Orchestration> {
+        (!agents.is_empty()).then_some(Orchestration { agents, index: 0, no_reply_streak: 0 })
+    }
+
+    /// The agent dispatched now.
+    pub fn current(&self) -> Option<&str> {
+        self.agents.get(self.index).map(String::as_str)
+    }
+
+    /// The others in the round (what an agent is told about its peers, by name only).
+    pub fn others(&self) -> impl Iterator<Item = &str> {
+        let current = self.index;
+        self.agents.iter().enumerate().filter(move |(i, _)| *i != current).map(|(_, name)| name.as_str())
+    }
+
+    /// The current agent passed: the next one in order, or the end of the round when every
+    /// agent has now passed.
+    pub fn after_pass(&self) -> AfterPass {
+        let streak = self.no_reply_streak.saturating_add(1);
+        if self.agents.is_empty() || streak as usize >= self.agents.len() {
+            return AfterPass::AllPassed;
+        }
+        AfterPass::Dispatch(Orchestration {
+            agents: self.agents.clone(),
+            index: (self.index + 1) % self.agents.len(),
+            no_reply_streak: streak,
+        })
+    }
 }
 
 fn is_zero(depth: &u32) -> bool {
@@ -316,6 +380,8 @@ impl ActivationRequest {
             parent: None,
             child_session_id: None,
             delegation_user: None,
+            agent: None,
+            orchestration: None,
         }
     }
 }
@@ -365,6 +431,12 @@ pub struct Activation {
     pub delegation_user: Option<String>,
     /// How many agent hops led here: 0 for work a person or a schedule started.
     pub depth: u32,
+    /// The configured agent (`[[agents]]` name) that runs this work; `None`: the default agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+    /// The multi-agent round this dispatch belongs to (never shown to the model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orchestration: Option<Orchestration>,
     pub lane: Lane,
     #[serde(default)]
     pub expected_response: ExpectedResponse,
@@ -420,6 +492,9 @@ pub struct LedgerEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delegation_user: Option<String>,
     pub depth: u32,
+    /// The configured agent that ran it (`None`: the default agent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
     pub enqueued_at: DateTime<Utc>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub started_at: Option<DateTime<Utc>>,
@@ -445,6 +520,7 @@ impl LedgerEntry {
             triggered_by: activation.triggered_by.clone(),
             delegation_user: activation.delegation_user.clone(),
             depth: activation.depth,
+            agent: activation.agent.clone(),
             enqueued_at: activation.created_at,
             started_at: None,
             finished_at: None,

@@ -19,8 +19,8 @@ pub mod status;
 pub mod work;
 
 pub use activation::{
-    Activation, ActivationKind, ActivationPayload, ActivationRequest, ExpectedResponse, Lane, LedgerEntry, Outcome,
-    ParentRef, SessionKind, Usage,
+    Activation, ActivationKind, ActivationPayload, ActivationRequest, AfterPass, ExpectedResponse, Lane, LedgerEntry,
+    Orchestration, Outcome, ParentRef, SessionKind, Usage,
 };
 pub use delivery::DeliveryRecord;
 pub use filter::MessageFilter;
@@ -28,7 +28,7 @@ pub use grant::{GrantInfo, GrantKeyError, check_grant_key, check_grant_name};
 pub use ids::{ActivationId, FollowUpId, JobId, MessageId, SessionId};
 pub use memory::{MemoryGauge, MemoryReport};
 pub use message::{Message, Phase, TurnOrigin};
-pub use metadata::{Attachment, CompactionSummary, Metadata, TurnMetrics};
+pub use metadata::{Attachment, CompactionSummary, Metadata, ThreadRef, TurnMetrics};
 pub use session::Session;
 pub use status::{IllegalTransition, MessageType, Role, Status, UnknownValue};
 pub use work::{FollowUp, FollowUpFilter, FollowUpState, Job, JobEnd, JobFilter, JobState};

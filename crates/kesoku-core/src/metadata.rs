@@ -47,6 +47,18 @@ pub struct CompactionSummary {
     pub undone: bool,
 }
 
+/// Where a thread hangs: the channel it was opened in and the message it was started from.
+/// The thread itself is the message's `channel_id`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadRef {
+    /// The channel the thread was opened in (same chatbot).
+    pub parent_channel_id: String,
+    /// The stored message the thread was started from, when Kesoku stored it (ids derive from
+    /// platform ids, so it can be named before it is read).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_message_id: Option<crate::MessageId>,
+}
+
 /// Message metadata: the spec's keys, typed, plus whatever else arrived.
 ///
 /// Deserialized by hand (below) rather than derived: a derived `#[serde(flatten)]` buffers every
@@ -94,6 +106,16 @@ pub struct Metadata {
     /// follow-up, a background job's wakeup alert): the activation it asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation: Option<crate::activation::ActivationRequest>,
+    /// Set on every message a configured agent's turn stores (its thoughts, tool calls and
+    /// results, its answer): the `[[agents]]` name. Absent for the default agent. Each agent of a
+    /// shared channel sees its own steps; another agent's answers reach it as channel context.
+    /// (Boxed: every message carries these fields, and the history cache counts their size.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<Box<str>>,
+    /// Set on a message written inside a thread (a Discord thread, a Google Chat thread): the
+    /// channel the thread hangs off and the message it was started from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thread: Option<Box<ThreadRef>>,
     /// Keys this version does not model, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -155,6 +177,8 @@ impl<'de> Visitor<'de> for MetadataVisitor {
                 Key::Model => metadata.model = map.next_value()?,
                 Key::CompactionSummary => metadata.compaction_summary = map.next_value()?,
                 Key::Activation => metadata.activation = map.next_value()?,
+                Key::Agent => metadata.agent = map.next_value()?,
+                Key::Thread => metadata.thread = map.next_value()?,
                 Key::Other(name) => {
                     let value: Value = map.next_value()?;
                     metadata.extra.insert(name, value);
@@ -182,6 +206,8 @@ enum Key {
     Model,
     CompactionSummary,
     Activation,
+    Agent,
+    Thread,
     Other(String),
 }
 
@@ -203,6 +229,8 @@ impl Key {
             "model" => Key::Model,
             "compaction_summary" => Key::CompactionSummary,
             "activation" => Key::Activation,
+            "agent" => Key::Agent,
+            "thread" => Key::Thread,
             _ => return None,
         })
     }

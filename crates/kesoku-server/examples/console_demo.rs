@@ -119,6 +119,8 @@ impl FakeAgent {
             triggered_by: root.sender.clone(),
             delegation_user: None,
             depth: 0,
+            agent: None,
+            orchestration: None,
             lane: Lane::Interactive,
             expected_response: ExpectedResponse::default(),
             locale: None,

@@ -265,6 +265,7 @@ pub(crate) fn ledger_entry<R: BackendRow>(row: &R) -> StoreResult<LedgerEntry> {
         triggered_by: cells.text("triggered_by")?,
         delegation_user: cells.opt_text("delegation_user")?,
         depth: cells.unsigned("depth")?,
+        agent: cells.opt_text("agent")?,
         enqueued_at: cells.time("enqueued_at")?,
         started_at: cells.opt_time("started_at")?,
         finished_at: cells.opt_time("finished_at")?,

@@ -65,6 +65,11 @@ pub(crate) const SQLITE: &[Migration] = &[
         sql: include_str!("../migrations/sqlite/0008_chatbot_state.sql"),
     },
     Migration { version: 9, description: "grants", sql: include_str!("../migrations/sqlite/0009_grants.sql") },
+    Migration {
+        version: 10,
+        description: "ledger agent",
+        sql: include_str!("../migrations/sqlite/0010_ledger_agent.sql"),
+    },
 ];
 
 pub(crate) const POSTGRES: &[Migration] = &[
@@ -109,10 +114,15 @@ pub(crate) const POSTGRES: &[Migration] = &[
         sql: include_str!("../migrations/postgres/0008_chatbot_state.sql"),
     },
     Migration { version: 9, description: "grants", sql: include_str!("../migrations/postgres/0009_grants.sql") },
+    Migration {
+        version: 10,
+        description: "ledger agent",
+        sql: include_str!("../migrations/postgres/0010_ledger_agent.sql"),
+    },
 ];
 
 /// The newest schema version this build knows (both backends move in step).
-pub const SCHEMA_VERSION: i64 = 9;
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// What an opened database holds, as far as migrations care.
 #[derive(Debug, Clone, PartialEq, Eq)]

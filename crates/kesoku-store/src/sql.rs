@@ -22,7 +22,7 @@ pub(crate) const SESSION_COLUMNS_S: &str = "s.id, s.chatbot_id, s.channel_id, s.
 
 pub(crate) const LEDGER_COLUMNS: &str = "id, kind, lane, session_id, message_id, triggered_by, delegation_user, \
      depth, enqueued_at, started_at, finished_at, outcome, error, model_calls, tool_calls, input_tokens, \
-     output_tokens";
+     output_tokens, agent";
 
 pub(crate) const DELIVERY_COLUMNS: &str = "message_id, part, platform_message_id, recorded_at";
 

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::bail;
-use kesoku_agent::{AgentConfig, LaneLimits};
+use kesoku_agent::{AgentConfig, AgentPersona, LaneLimits};
 use kesoku_llm::ModelConfig;
 use kesoku_tools::ToolsConfig;
 use serde::Deserialize;
@@ -16,6 +16,47 @@ use toml::Spanned;
 
 /// The template `kesoku init` writes.
 pub const TEMPLATE: &str = include_str!("../kesoku.template.toml");
+
+/// `[[agents]]`: names mentionable and unique (also against `[agent] name`), models
+/// configured, each sitting somewhere. (Tool names are checked by the wiring, which knows them.)
+fn check_agents(
+    agents: &[AgentPersona],
+    default: &AgentConfig,
+    models: &BTreeMap<String, ModelEntry>,
+) -> anyhow::Result<()> {
+    let mut seen = std::collections::BTreeSet::new();
+    for (index, agent) in agents.iter().enumerate() {
+        let entry = format!("[[agents]] entry {} (name = \"{}\")", index + 1, agent.name);
+        if !AgentPersona::valid_name(&agent.name) {
+            bail!("{entry}: a name is one word of letters, digits, `-` or `_`, so people can mention it as @name");
+        }
+        if agent.name.eq_ignore_ascii_case(&default.name) {
+            bail!("{entry}: the name is [agent] name's (the default agent); give the configured agent its own");
+        }
+        if !seen.insert(agent.name.to_lowercase()) {
+            bail!("{entry}: another [[agents]] entry has this name (names are case-insensitive, like mentions)");
+        }
+        if let Some(model) = &agent.model
+            && !models.contains_key(model)
+        {
+            let known: Vec<&str> = models.keys().map(String::as_str).collect();
+            bail!(
+                "{entry}: model = \"{model}\" names no [models.{model}] entry; defined: {}",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            );
+        }
+        if agent.intro.is_some() && agent.intro_file.is_some() {
+            bail!("{entry}: give `intro` or `intro_file`, not both");
+        }
+        if agent.channels.is_empty() {
+            bail!("{entry}: channels is empty: list where it sits, e.g. channels = [\"api:team\", \"discord:*\"]");
+        }
+        if let Some(bad) = agent.channels.iter().find(|c| c.is_empty() || c.starts_with(':') || c.ends_with(':')) {
+            bail!("{entry}: channels entry \"{bad}\" is not `chatbot`, `chatbot:*` or `chatbot:channel`");
+        }
+    }
+    Ok(())
+}
 
 /// The file as written, before resolving paths and model entries.
 #[derive(Debug, Deserialize)]
@@ -25,6 +66,8 @@ struct ConfigFile {
     workspace: WorkspaceSection,
     #[serde(default)]
     agent: AgentConfig,
+    #[serde(default)]
+    agents: Vec<AgentPersona>,
     #[serde(default)]
     limits: LaneLimits,
     #[serde(default)]
@@ -180,6 +223,8 @@ pub struct Config {
     pub workspace_dir: PathBuf,
     pub database_url: String,
     pub agent: AgentConfig,
+    /// `[[agents]]`: configured agents, checked (intros still to read: `intro_file`).
+    pub agents: Vec<AgentPersona>,
     pub limits: LaneLimits,
     pub models: BTreeMap<String, ModelEntry>,
     pub tools: ToolsConfig,
@@ -300,11 +345,14 @@ impl Config {
                 );
             }
         }
+        check_agents(&file.agents, &file.agent, &models)
+            .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
         Ok(Config {
             path: path.to_owned(),
             workspace_dir,
             database_url,
             agent: file.agent,
+            agents: file.agents,
             limits: file.limits,
             models,
             tools: file.tools,

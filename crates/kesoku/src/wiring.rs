@@ -210,6 +210,22 @@ fn build_agent_with(
         }
         None => None,
     };
+    let mut personas = Vec::with_capacity(config.agents.len());
+    for agent in &config.agents {
+        let mut agent = agent.clone();
+        if let Some(file) = agent.intro_file.take() {
+            let path = config.resolve_path(&file);
+            agent.intro = Some(std::fs::read_to_string(&path).with_context(|| {
+                format!(
+                    "{}: [[agents]] `{}` intro_file: cannot read {}",
+                    config.path.display(),
+                    agent.name,
+                    path.display()
+                )
+            })?);
+        }
+        personas.push(agent);
+    }
     std::fs::create_dir_all(config.workspace_dir.join("sessions"))
         .with_context(|| format!("creating the workspace {}", config.workspace_dir.display()))?;
     let workspace = config.workspace_dir.canonicalize().unwrap_or_else(|_| config.workspace_dir.clone());
@@ -234,6 +250,7 @@ fn build_agent_with(
         config: profile.agent,
         limits: config.limits.clone(),
         intro,
+        personas: kesoku_agent::Personas::new(personas),
     }))
 }
 

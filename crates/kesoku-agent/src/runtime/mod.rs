@@ -98,6 +98,8 @@ pub struct AgentDeps {
     pub limits: LaneLimits,
     /// The role's intro text, appended to the system prompt.
     pub intro: Option<String>,
+    /// The configured agents (`[[agents]]`), their intros read; empty: the default agent only.
+    pub personas: crate::personas::Personas,
 }
 
 /// A turn running in this process.

@@ -246,6 +246,7 @@ impl Subagents {
             triggered_by,
             delegation_user,
             depth,
+            agent: None,
             enqueued_at: now,
             started_at: None,
             finished_at: None,

@@ -220,6 +220,7 @@ async fn boot_with(
         config: options.config,
         limits: options.limits,
         intro: None,
+        personas: Default::default(),
     });
     agent.recover().await.expect("recover");
     let shutdown = CancellationToken::new();

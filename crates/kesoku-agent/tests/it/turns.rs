@@ -414,6 +414,8 @@ async fn activations_are_checked_at_load_time_for_access_and_depth() {
         triggered_by: "Mallory".into(),
         delegation_user: None,
         depth: 0,
+        agent: None,
+        orchestration: None,
         lane: kesoku_core::Lane::Interactive,
         expected_response: Default::default(),
         locale: None,

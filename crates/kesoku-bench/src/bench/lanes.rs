@@ -171,6 +171,8 @@ fn title(session: &Session) -> Activation {
         triggered_by: "system".to_owned(),
         delegation_user: None,
         depth: 0,
+        agent: None,
+        orchestration: None,
         lane: Lane::Background,
         expected_response: ExpectedResponse::default(),
         locale: None,

@@ -190,6 +190,7 @@ async fn one_turn(handle: &StoreHandle, session: &Session, round: usize) -> anyh
         triggered_by: "Bench".to_owned(),
         delegation_user: None,
         depth: 0,
+        agent: None,
         enqueued_at: now,
         started_at: None,
         finished_at: None,

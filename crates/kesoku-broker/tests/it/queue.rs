@@ -15,6 +15,8 @@ fn activation(id: &str, session: &str, lane: Lane) -> Activation {
         triggered_by: "User".into(),
         delegation_user: None,
         depth: 0,
+        agent: None,
+        orchestration: None,
         lane,
         expected_response: Default::default(),
         locale: None,

@@ -281,6 +281,7 @@ async fn a_permanent_failure_marks_the_answer_error_says_why_and_notes_it_on_the
         triggered_by: "User".into(),
         delegation_user: None,
         depth: 0,
+        agent: None,
         enqueued_at: Utc::now(),
         started_at: None,
         finished_at: None,

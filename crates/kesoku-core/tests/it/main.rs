@@ -4,5 +4,6 @@
 
 mod categories;
 mod fixtures;
+mod orchestration;
 mod phased;
 mod transitions;

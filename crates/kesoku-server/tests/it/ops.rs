@@ -45,6 +45,8 @@ fn activation(session: &SessionId, lane: Lane, created_at: chrono::DateTime<Utc>
         triggered_by: "Chii".into(),
         delegation_user: None,
         depth: 0,
+        agent: None,
+        orchestration: None,
         lane,
         expected_response: ExpectedResponse::default(),
         locale: None,

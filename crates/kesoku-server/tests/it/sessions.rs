@@ -185,6 +185,8 @@ async fn state_explains_who_holds_the_session_and_what_waits() {
         triggered_by: "Chii".into(),
         delegation_user: None,
         depth: 0,
+        agent: None,
+        orchestration: None,
         lane: Lane::Interactive,
         expected_response: ExpectedResponse::default(),
         locale: None,

@@ -20,7 +20,7 @@ impl Ledger for PgStore {
     async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()> {
         sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
-             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) \
+             ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
              ON CONFLICT (id) DO NOTHING"
         )))
         .bind(entry.id.as_str())
@@ -40,6 +40,7 @@ impl Ledger for PgStore {
         .bind(decode::count(entry.usage.tool_calls))
         .bind(decode::count(entry.usage.input_tokens))
         .bind(decode::count(entry.usage.output_tokens))
+        .bind(entry.agent.as_deref())
         .execute(&self.pool)
         .await?;
         Ok(())

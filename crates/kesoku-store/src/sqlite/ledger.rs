@@ -24,7 +24,7 @@ impl Ledger for SqliteStore {
             .write(move |conn| {
                 conn.prepare_cached(&format!(
                     "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
-                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17) \
+                 (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
                  ON CONFLICT (id) DO NOTHING"
                 ))?
                 .execute(params![
@@ -45,6 +45,7 @@ impl Ledger for SqliteStore {
                     decode::count(entry.usage.tool_calls),
                     decode::count(entry.usage.input_tokens),
                     decode::count(entry.usage.output_tokens),
+                    entry.agent.as_deref(),
                 ])?;
                 Ok(())
             })

@@ -55,6 +55,7 @@ pub(super) const LEDGER_NAMES: &[&str] = &[
     "tool_calls",
     "input_tokens",
     "output_tokens",
+    "agent",
 ];
 pub(super) const CLAIM_NAMES: &[&str] = &["id", "status", "claimed_by", "claimed_at"];
 pub(super) const DELIVERY_NAMES: &[&str] = &["message_id", "part", "platform_message_id", "recorded_at"];

@@ -105,6 +105,7 @@ async fn other_bad_values_are_reported(b: &Backend) {
         triggered_by: "User".to_owned(),
         delegation_user: None,
         depth: 0,
+        agent: None,
         enqueued_at: t0(),
         started_at: None,
         finished_at: None,

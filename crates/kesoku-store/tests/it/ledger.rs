@@ -19,6 +19,7 @@ pub(crate) fn entry(id: &str, session: &str, minutes: i64) -> LedgerEntry {
         triggered_by: "Chii".to_owned(),
         delegation_user: None,
         depth: 0,
+        agent: None,
         enqueued_at: t0() + Span::minutes(minutes),
         started_at: None,
         finished_at: None,
@@ -37,6 +38,7 @@ async fn ledger_records_an_activation_from_enqueued_to_finished(b: &Backend) {
         triggered_by: "cron:nightly".to_owned(),
         delegation_user: Some("Chii".to_owned()),
         depth: 2,
+        agent: Some("Ryan".to_owned()),
         ..entry("act_2", "s1", 1)
     };
     let mut e3 = entry("act_3", "s2", 2);

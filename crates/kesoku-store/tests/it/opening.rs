@@ -20,10 +20,13 @@ place_tests!(
 );
 
 /// Every schema version this build applies, in order.
-const ALL_VERSIONS: [&str; 9] = ["1", "2", "3", "4", "5", "6", "7", "8", "9"];
+const ALL_VERSIONS: [&str; 10] = ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10"];
 
 async fn versions(place: &Place) -> Vec<String> {
-    place.raw_strings("SELECT CAST(version AS TEXT) FROM kesoku_schema_version ORDER BY version").await
+    let mut versions = place.raw_strings("SELECT CAST(version AS TEXT) FROM kesoku_schema_version").await;
+    // Numeric order (the helper's rows may come back sorted as text: "10" before "2").
+    versions.sort_by_key(|v| v.parse::<i64>().unwrap_or(i64::MAX));
+    versions
 }
 
 async fn a_foreign_database_is_refused_untouched(place: Place) {
@@ -59,7 +62,7 @@ async fn a_newer_schema_is_refused(place: Place) {
     let text = error.to_string();
     assert!(matches!(error, StoreError::Foreign { .. }), "{error:?}");
     assert!(text.contains("99") && text.contains("newer") && text.contains("upgrade kesoku"), "{text}");
-    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "6", "7", "8", "9", "99"]);
+    assert_eq!(versions(&place).await, ["1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "99"]);
     assert_eq!(place.raw_strings("SELECT id FROM messages").await, ["msg_kept"]);
     place.cleanup().await;
 }
@@ -312,6 +315,7 @@ fn ledger_entry(id: &str) -> LedgerEntry {
         triggered_by: "User".to_owned(),
         delegation_user: None,
         depth: 0,
+        agent: None,
         enqueued_at: t0(),
         started_at: None,
         finished_at: None,

@@ -41,7 +41,7 @@ fn line(row: &LedgerEntry) -> String {
         (None, _) => "queued".to_owned(),
     };
     format!(
-        "{}  {}  {:<11} {:<21} depth {:<2} {:<14} {:>8}  calls {}/{} tokens {}  by {}  session {}{}",
+        "{}  {}  {:<11} {:<21} depth {:<2} {:<14} {:>8}  calls {}/{} tokens {}  by {}{}  session {}{}",
         row.id,
         row.enqueued_at.format("%Y-%m-%d %H:%M:%S"),
         // `as_str`: the enums' `Display` writes the bare name and ignores the column width.
@@ -54,6 +54,7 @@ fn line(row: &LedgerEntry) -> String {
         row.usage.tool_calls,
         row.usage.total_tokens(),
         row.triggered_by,
+        row.agent.as_ref().map(|a| format!("  agent {a}")).unwrap_or_default(),
         row.session_id,
         row.error.as_ref().map(|e| format!("  error: {e}")).unwrap_or_default(),
     )
@@ -80,6 +81,7 @@ mod tests {
             triggered_by: "system".to_owned(),
             delegation_user: None,
             depth: 2,
+            agent: Some("Ryan".to_owned()),
             enqueued_at: at,
             started_at: Some(at),
             finished_at: Some(at + chrono::Duration::milliseconds(1500)),
@@ -90,12 +92,13 @@ mod tests {
         assert_eq!(
             line(&row),
             "act_1  2026-05-27 12:45:00  responsive  background_job_result depth 2  limit_exceeded    1.50s  \
-             calls 3/20 tokens 120  by system  session s1  error: tool call limit (20) reached"
+             calls 3/20 tokens 120  by system  agent Ryan  session s1  error: tool call limit (20) reached"
         );
         let queued = LedgerEntry {
             kind: ActivationKind::Maintenance,
             lane: Lane::Background,
             depth: 0,
+            agent: None,
             started_at: None,
             finished_at: None,
             outcome: None,

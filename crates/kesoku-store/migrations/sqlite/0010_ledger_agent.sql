@@ -1,0 +1,3 @@
+-- Kesoku store, schema version 10 (SQLite): the ledger records which configured agent
+-- (`[[agents]]` name) ran an activation; NULL for the default agent.
+ALTER TABLE activations ADD COLUMN agent TEXT;
