@@ -12,15 +12,10 @@ fn a_round_dispatches_each_agent_once_in_order_then_halts() {
     let mut round = Orchestration::start(names(&["Ana", "Ben", "Cai"])).expect("three agents");
     let mut dispatched = vec![round.current().map(str::to_owned)];
     let mut streaks = vec![round.no_reply_streak];
-    loop {
-        match round.after_pass() {
-            AfterPass::Dispatch(next) => {
-                dispatched.push(next.current().map(str::to_owned));
-                streaks.push(next.no_reply_streak);
-                round = next;
-            }
-            AfterPass::AllPassed => break,
-        }
+    while let AfterPass::Dispatch(next) = round.after_pass() {
+        dispatched.push(next.current().map(str::to_owned));
+        streaks.push(next.no_reply_streak);
+        round = next;
     }
     assert_eq!(dispatched, vec![Some("Ana".to_owned()), Some("Ben".to_owned()), Some("Cai".to_owned())]);
     assert_eq!(streaks, vec![0, 1, 2]);
@@ -47,8 +42,7 @@ fn the_state_survives_the_root_metadata_round_trip() {
     let mut request = kesoku_core::ActivationRequest::new(kesoku_core::ActivationKind::Message);
     request.agent = next.current().map(str::to_owned);
     request.orchestration = Some(next.clone());
-    let mut metadata = kesoku_core::Metadata::default();
-    metadata.activation = Some(request);
+    let metadata = kesoku_core::Metadata { activation: Some(request), ..Default::default() };
     let back = kesoku_core::Metadata::from_value(metadata.to_value()).expect("reads back");
     let request = back.activation.expect("activation kept");
     assert_eq!(request.orchestration, Some(next));
