@@ -92,6 +92,9 @@ pub fn activation_context_entry(context: &ActivationContext, now_local: &str) ->
     if context.expected_response.mention == MentionBehaviour::MentionTrigger {
         lines.push("mention: address the person who asked".to_owned());
     }
+    if let (Some(agent), Some(round)) = (&context.agent, &context.orchestration) {
+        lines.extend(crate::orchestration::round_lines(agent, round));
+    }
     virtual_message(&context.session_id, Role::User, "System", lines.join("\n"))
 }
 

@@ -27,6 +27,7 @@ pub mod followups;
 pub mod grants;
 pub mod jobs;
 mod liveness;
+pub mod orchestration;
 pub mod personas;
 pub mod runtime;
 pub mod structured;

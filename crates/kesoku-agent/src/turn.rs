@@ -86,6 +86,9 @@ pub enum TurnEnd {
     /// A final text was posted, but it does not follow the activation's output schema even
     /// after one retry: `problem` says how.
     Unstructured { problem: String },
+    /// A configured agent passed (the `pass` tool, or a final text that is empty or `pass`):
+    /// nothing was posted for users; the runtime dispatches the next agent or closes the round.
+    Passed,
 }
 
 /// A sink for each model call's request and answer (debug mode).
@@ -106,6 +109,9 @@ pub struct TurnDeps<'a> {
     /// `queue_mode = "steer"`: newer messages on the channel join this turn at its next
     /// boundary. Holds who claims them.
     pub steer_as: Option<&'a str>,
+    /// The configured agent (`[[agents]]`) whose turn this is: every message the turn stores
+    /// carries it as `metadata.agent`, and the turn may pass. `None`: the default agent.
+    pub persona: Option<&'a str>,
 }
 
 /// One running turn.
@@ -126,6 +132,11 @@ pub struct Turn<'a> {
     pub steered: Vec<MessageId>,
     /// An earlier run of this turn (that died) already posted the final answer.
     answered_before: bool,
+    /// An earlier run of this turn, by the same agent, called `pass` and died before the root
+    /// was resolved.
+    passed_before: bool,
+    /// The final answer as stored (a configured agent's answer may mention another agent).
+    pub answer: Option<Message>,
 }
 
 enum StepError {
@@ -182,6 +193,14 @@ impl<'a> Turn<'a> {
                     && !m.is_notification()
                     && !m.content.starts_with(kesoku_core::message::ERROR_NOTIFICATION_PREFIX)
             });
+        let passed_before = deps.persona.is_some_and(|persona| {
+            open_calls.is_empty()
+                && last_step.iter().any(|m| {
+                    m.message_type == MessageType::ToolCall
+                        && m.metadata.tool_name.as_deref() == Some(crate::orchestration::PASS)
+                        && m.metadata.agent.as_deref().is_some_and(|a| a.eq_ignore_ascii_case(persona))
+                })
+        });
         Turn {
             deps,
             context,
@@ -195,6 +214,8 @@ impl<'a> Turn<'a> {
             last_input_tokens: 0,
             steered: Vec::new(),
             answered_before,
+            passed_before,
+            answer: None,
         }
     }
 
@@ -204,6 +225,9 @@ impl<'a> Turn<'a> {
         if self.answered_before {
             // Resolve the root now instead of answering a second time.
             return TurnEnd::Answered { note: Some("answered before the service restarted".to_owned()) };
+        }
+        if self.passed_before {
+            return TurnEnd::Passed;
         }
         // Calls an earlier, crashed run left open get their synthetic result first.
         if let Err(error) = self.close_open_calls(RESTARTED_RESULT).await {
@@ -249,14 +273,25 @@ impl<'a> Turn<'a> {
                     Err(error) => return store_failure(error),
                 }
                 let calls: Vec<Message> = self.open_calls.iter().filter(|m| m.step == self.step).cloned().collect();
+                let passed = self.deps.persona.is_some()
+                    && calls.iter().any(|c| c.metadata.tool_name.as_deref() == Some(crate::orchestration::PASS));
                 let running = self.start_tools(&calls);
                 match self.run_tools(running).await {
+                    // The call and its result stay as steps; nothing is answered.
+                    Ok(()) if passed => return TurnEnd::Passed,
                     Ok(()) => continue,
                     Err(StepError::Stopped) => return self.stopped().await,
                     Err(StepError::Limit(limit)) => return self.limit_reached(limit).await,
                     Err(StepError::Model(error)) => return self.model_failure(error).await,
                     Err(StepError::Store(error)) => return store_failure(error),
                 }
+            }
+            if self.deps.persona.is_some()
+                && response.finish_reason != FinishReason::Blocked
+                && crate::orchestration::is_pass_text(&text)
+            {
+                // Not posted: an agent with nothing to say passes.
+                return TurnEnd::Passed;
             }
             if !text.trim().is_empty() {
                 let problem = self.context.output_schema.as_ref().and_then(|schema| structured::problem(schema, &text));
@@ -402,7 +437,13 @@ impl<'a> Turn<'a> {
     }
 
     /// Write `messages` in one transaction and add them to the history; returns them as stored.
-    async fn post(&mut self, messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
+    /// The one posting path of a turn: a configured agent's messages are stamped with its name.
+    async fn post(&mut self, mut messages: Vec<Message>) -> Result<Vec<Message>, GatewayError> {
+        if let Some(persona) = self.deps.persona {
+            for message in &mut messages {
+                message.metadata.agent = Some(persona.into());
+            }
+        }
         let stored: Vec<Message> =
             self.deps.gateway.post_many(&messages).await?.into_iter().map(|event| event.message).collect();
         self.history.extend(stored.iter().cloned());
@@ -605,7 +646,7 @@ impl<'a> Turn<'a> {
         let metrics = self.metrics();
         let mut message = self.origin.final_text(self.step.max(1), text, Some(metrics));
         message.metadata.thought_signature = signature;
-        self.post(vec![message]).await?;
+        self.answer = self.post(vec![message]).await?.pop();
         // The answer is stored and announced: let whoever waits for it (a chatbot delivering
         // it) run before this turn's bookkeeping (statuses, ledger), which a store write made
         // on this thread would otherwise run first without a pause.

@@ -86,6 +86,18 @@ impl Registry {
         self.tools.values().map(|tool| tool.spec())
     }
 
+    /// The tools among `names` only (a configured agent's `tools`); names not registered are
+    /// skipped (the binary checks them against [`Registry::names`] at start-up).
+    pub fn subset<S: AsRef<str>>(&self, names: &[S]) -> Registry {
+        let tools = self
+            .tools
+            .iter()
+            .filter(|(name, _)| names.iter().any(|n| n.as_ref() == name.as_str()))
+            .map(|(name, tool)| (name.clone(), Arc::clone(tool)))
+            .collect();
+        Registry { tools }
+    }
+
     pub fn len(&self) -> usize {
         self.tools.len()
     }
@@ -196,5 +208,14 @@ mod tests {
         for bad in ["", "1abc", "-x", "has space", "dot.name", "ünicode", &"a".repeat(65)] {
             assert!(!is_valid_name(bad), "{bad} should be refused");
         }
+    }
+
+    #[test]
+    fn a_subset_keeps_only_the_named_tools_that_exist() {
+        let all = crate::builtin_registry(&crate::ToolsConfig::default());
+        let first: Vec<String> = all.names().take(2).map(str::to_owned).collect();
+        let subset = all.subset(&[first[0].as_str(), first[1].as_str(), "no_such_tool"]);
+        assert_eq!(subset.names().collect::<Vec<_>>(), [first[0].as_str(), first[1].as_str()]);
+        assert!(all.subset::<&str>(&[]).is_empty());
     }
 }

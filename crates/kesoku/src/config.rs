@@ -58,6 +58,26 @@ fn check_agents(
     Ok(())
 }
 
+/// Each `[[agents]]` entry's `tools` names tools the configuration offers (`known`, the
+/// registry's names): a typo is an error naming the entry and the known tools.
+pub fn check_agent_tools<'a>(agents: &[AgentPersona], known: impl Iterator<Item = &'a str>) -> anyhow::Result<()> {
+    let known: Vec<&str> = known.collect();
+    for (index, agent) in agents.iter().enumerate() {
+        for tool in agent.tools.iter().flatten() {
+            if !known.contains(&tool.as_str()) {
+                bail!(
+                    "[[agents]] entry {} (name = \"{}\"): tools names `{tool}`, which is not a tool of this \
+                     configuration; known tools: {}",
+                    index + 1,
+                    agent.name,
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The file as written, before resolving paths and model entries.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -237,8 +237,11 @@ fn build_agent_with(
         Arc::clone(&handle.ledger),
         config.agent.max_depth,
         config.agent.name.clone(),
-    );
+    )
+    .with_personas(kesoku_agent::Personas::new(personas.clone()));
     let profile = Profile::of(config, answering.name(), followups, jobs, &subagents);
+    crate::config::check_agent_tools(&config.agents, profile.tools.names())
+        .with_context(|| format!("{}: [[agents]]", config.path.display()))?;
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),

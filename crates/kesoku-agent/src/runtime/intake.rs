@@ -8,7 +8,7 @@ use kesoku_broker::StopReason;
 use kesoku_core::activation::{MaintenanceTask, ReplyMode, Trigger, TriggerContext};
 use kesoku_core::{
     Activation, ActivationId, ActivationKind, ActivationPayload, ActivationRequest, ExpectedResponse, Lane,
-    LedgerEntry, Message, MessageFilter, MessageId, MessageType, Role, SessionKind, Status,
+    LedgerEntry, Message, MessageFilter, MessageId, MessageType, Orchestration, Role, SessionKind, Status,
 };
 use kesoku_gateway::ListenFrom;
 use tokio_util::sync::CancellationToken;
@@ -152,6 +152,10 @@ impl Agent {
         };
         let lane = Lane::derive(payload.kind(), trigger, SessionKind::Interactive);
         let config = &self.inner.deps.config;
+        let (agent, orchestration) = match request.as_ref().and_then(|r| r.agent.clone()) {
+            Some(agent) => (Some(agent), request.as_ref().and_then(|r| r.orchestration.clone())),
+            None => self.route(message),
+        };
         Activation {
             id: ActivationId::generate(),
             session_id: message.session_id.clone(),
@@ -160,8 +164,8 @@ impl Agent {
             triggered_by: request.as_ref().and_then(|r| r.triggered_by.clone()).unwrap_or(default_by),
             delegation_user: request.as_ref().and_then(|r| r.delegation_user.clone()),
             depth: request.as_ref().map_or(0, |r| r.depth),
-            agent: request.as_ref().and_then(|r| r.agent.clone()),
-            orchestration: request.as_ref().and_then(|r| r.orchestration.clone()),
+            agent,
+            orchestration,
             lane,
             expected_response: ExpectedResponse::default(),
             locale: config.locale.clone(),
@@ -173,6 +177,33 @@ impl Agent {
             output_schema: request.and_then(|r| r.output_schema),
             created_at: Utc::now(),
             payload,
+        }
+    }
+
+    /// Who answers a root that names no agent: the first configured agent its text mentions
+    /// (the worker's access check refuses one that does not sit in the channel); else the
+    /// channel's agents, a round when several sit there; else the default agent.
+    fn route(&self, message: &Message) -> (Option<String>, Option<Orchestration>) {
+        let personas = &self.inner.deps.personas;
+        if personas.is_empty() {
+            return (None, None);
+        }
+        if let Some(mentioned) = personas.mentioned_in(&message.content).first() {
+            return (Some(mentioned.name.clone()), None);
+        }
+        let parent = message.metadata.thread.as_ref().map(|t| t.parent_channel_id.as_str());
+        let members: Vec<String> = personas
+            .members_of(&message.chatbot_id, &message.channel_id, parent)
+            .iter()
+            .map(|p| p.name.clone())
+            .collect();
+        match members.len() {
+            0 => (None, None),
+            1 => (members.into_iter().next(), None),
+            _ => {
+                let round = Orchestration::start(members);
+                (round.as_ref().and_then(|r| r.current().map(str::to_owned)), round)
+            }
         }
     }
 

@@ -9,11 +9,14 @@ use std::time::Duration;
 
 use chrono::Utc;
 use kesoku_broker::StopReason;
+use kesoku_core::activation::AfterPass;
 use kesoku_core::{
-    Activation, ActivationPayload, Message, MessageFilter, MessageId, Outcome, Role, SessionId, Status, TurnOrigin,
-    Usage,
+    Activation, ActivationPayload, Message, MessageFilter, MessageId, Orchestration, Outcome, Role, SessionId, Status,
+    TurnOrigin, Usage,
 };
+use kesoku_gateway::GatewayError;
 use kesoku_llm::{LlmError, Request, Response};
+use kesoku_store::StoreError;
 use tokio_util::sync::CancellationToken;
 
 use super::intake::is_human;
@@ -24,6 +27,7 @@ use crate::config::QueueMode;
 use crate::context::ActivationContext;
 use crate::entries;
 use crate::error::AgentError;
+use crate::orchestration;
 use crate::turn::{StopSignal, Turn, TurnDeps, TurnEnd};
 
 impl Agent {
@@ -280,8 +284,28 @@ impl Agent {
             self.fail_root(&root, activation, &detail, "this conversation's session is missing").await;
             return Ok((Outcome::Failed, Some(detail), Usage::default()));
         };
+        // A configured agent's turn: its own model, tools, prompt and name (the sender).
+        let persona = match activation.agent.as_deref() {
+            Some(name) => match deps.personas.get(name) {
+                Some(persona) => Some(persona),
+                None => {
+                    let detail = format!("the agent `{name}` is not configured ([[agents]]); nobody answered");
+                    self.fail_root(&root, activation, &detail, &detail).await;
+                    return Ok((Outcome::Failed, Some(detail), Usage::default()));
+                }
+            },
+            None => None,
+        };
+        let model = persona
+            .and_then(|p| p.model.as_deref())
+            .and_then(|name| deps.models.get(name))
+            .unwrap_or_else(|| self.model_for(activation));
+        let persona_tools =
+            persona.map(|p| orchestration::tools_of(&deps.tools, p, activation.orchestration.is_some()));
+        let persona_prompt =
+            persona.map(|p| entries::system_prompt(&p.name, deps.config.system_prompt.as_deref(), p.intro.as_deref()));
         let limits = deps.limits.for_lane(activation.lane);
-        let context = ActivationContext::derive(activation, limits, self.model_for(activation));
+        let context = ActivationContext::derive(activation, limits, model);
         let history = compaction::apply_summaries(history?);
         let untitled = deps.config.titles && session.title.is_none();
         self.before_turn(&root, &history, context.model.info().context_window, untitled);
@@ -297,26 +321,29 @@ impl Agent {
         };
         let turn_deps = TurnDeps {
             gateway,
-            tools: &deps.tools,
+            tools: persona_tools.as_ref().unwrap_or(&deps.tools),
             workspace: &deps.workspace,
             staging_dir: staging_dir.clone(),
-            agent_name: &deps.config.name,
-            system_prompt: &self.inner.system_prompt,
+            agent_name: persona.map_or(deps.config.name.as_str(), |p| p.name.as_str()),
+            system_prompt: persona_prompt.as_deref().unwrap_or(&self.inner.system_prompt),
             entries,
             model_log: if deps.config.debug { Some(&model_log) } else { None },
             steer_as: (deps.config.queue_mode_for(&root.chatbot_id, &root.channel_id) == QueueMode::Steer)
                 .then_some(self.inner.worker_id.as_str()),
+            persona: persona.map(|p| p.name.as_str()),
         };
         let mut turn = Turn::new(turn_deps, &context, root.clone(), history, stop);
         let end = turn.run().await;
         let usage = turn.usage;
         let steered = std::mem::take(&mut turn.steered);
+        let answer = turn.answer.take();
         drop(turn);
         // Messages that joined the turn end as its root does.
         let steered_status = match &end {
-            TurnEnd::Answered { .. } | TurnEnd::Unstructured { .. } | TurnEnd::LimitExceeded { .. } => {
-                Status::Processed
-            }
+            TurnEnd::Answered { .. }
+            | TurnEnd::Unstructured { .. }
+            | TurnEnd::LimitExceeded { .. }
+            | TurnEnd::Passed => Status::Processed,
             TurnEnd::Stopped { reason: StopReason::Shutdown } => Status::PendingAgent,
             TurnEnd::Stopped { .. } => Status::Interrupted,
             TurnEnd::Failed { .. } => Status::Error,
@@ -326,9 +353,13 @@ impl Agent {
         }
         let resolved = match end {
             TurnEnd::Answered { note } => {
+                if let (Some(persona), Some(answer)) = (persona, &answer) {
+                    self.hand_on_mention(activation, &root, &persona.name, answer).await?;
+                }
                 gateway.update_status(&root.id, Status::Processed).await?;
                 (Outcome::Succeeded, note)
             }
+            TurnEnd::Passed => self.after_pass(activation, &root).await?,
             TurnEnd::Unstructured { problem } => {
                 gateway.update_status(&root.id, Status::Processed).await?;
                 (Outcome::Failed, Some(format!("structured output: {problem} (after one retry)")))
@@ -355,6 +386,60 @@ impl Agent {
             }
         };
         Ok((resolved.0, resolved.1, usage))
+    }
+
+    /// Resolve a configured agent's pass. In a round, the next agent is written onto the root
+    /// (`metadata.activation`) and then the root goes back to `pending_agent`, so the intake
+    /// dispatches it (a crash in between is recovered as an orphan carrying the new dispatch);
+    /// when every agent has passed, or outside a round, the root is closed with no answer.
+    async fn after_pass(
+        &self,
+        activation: &Activation,
+        root: &Message,
+    ) -> Result<(Outcome, Option<String>), AgentError> {
+        let gateway = &self.inner.deps.gateway;
+        match activation.orchestration.as_ref().map(Orchestration::after_pass) {
+            Some(AfterPass::Dispatch(next)) => {
+                let metadata = orchestration::next_dispatch(root, activation, next);
+                gateway.update_metadata(&root.id, &metadata).await?;
+                gateway.update_status(&root.id, Status::PendingAgent).await?;
+                Ok((Outcome::Succeeded, Some("passed".to_owned())))
+            }
+            Some(AfterPass::AllPassed) => {
+                gateway.update_status(&root.id, Status::Processed).await?;
+                Ok((Outcome::Succeeded, Some("every agent passed".to_owned())))
+            }
+            None => {
+                gateway.update_status(&root.id, Status::Processed).await?;
+                Ok((Outcome::Succeeded, Some("passed".to_owned())))
+            }
+        }
+    }
+
+    /// A configured agent's answer that mentions another agent sitting in the channel hands it
+    /// on: one root for the first one mentioned, one level deeper (agents never call each other
+    /// directly; the worker refuses it beyond `[agent] max_depth`).
+    async fn hand_on_mention(
+        &self,
+        activation: &Activation,
+        root: &Message,
+        from: &str,
+        answer: &Message,
+    ) -> Result<(), AgentError> {
+        let Some(peer) = orchestration::mentioned_peer(&self.inner.deps.personas, from, root, &answer.content) else {
+            return Ok(());
+        };
+        let handed = orchestration::mention_root(answer, root, activation, from, &peer.name);
+        match self.inner.deps.gateway.post(&handed).await {
+            Ok(_) => Ok(()),
+            // Posted by an earlier run of this turn.
+            Err(GatewayError::Store(StoreError::Duplicate { .. })) => Ok(()),
+            Err(GatewayError::Broker(error)) => {
+                tracing::warn!(%error, message_id = %handed.id, "a mention's root is stored but was not announced");
+                Ok(())
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 
     /// An activation deeper than `[agent] max_depth` (the `delegate` tool refuses those, so this

@@ -38,6 +38,8 @@ use kesoku_gateway::{Gateway, GatewayError};
 use kesoku_store::{Ledger, StoreError};
 use kesoku_tools::{Registry, RegistryError, ToolContext};
 
+use crate::personas::Personas;
+
 pub use keeper::{ResultKeeper, STOPPED_WITH_PARENT};
 pub use tools::{DELEGATE, DelegateTool};
 
@@ -62,6 +64,8 @@ pub enum DelegateError {
         depth + 1
     )]
     Refused { depth: u32, max_depth: u32 },
+    #[error("there is no configured agent named `{name}`; the configured agents are: {known}")]
+    UnknownAgent { name: String, known: String },
     #[error("storing the sub-agent failed: {0}")]
     Store(#[from] StoreError),
     #[error("posting the sub-agent's task failed: {0}")]
@@ -76,7 +80,8 @@ impl DelegateError {
             DelegateError::EmptyTask
             | DelegateError::TaskTooLong { .. }
             | DelegateError::NoTurn
-            | DelegateError::Refused { .. } => true,
+            | DelegateError::Refused { .. }
+            | DelegateError::UnknownAgent { .. } => true,
             DelegateError::Store(_) | DelegateError::Gateway(_) => false,
         }
     }
@@ -127,6 +132,8 @@ struct Inner {
     max_depth: u32,
     /// The delegating agent's name: the sender of a child's task.
     agent_name: String,
+    /// The configured agents a task may be handed to by name.
+    personas: Personas,
 }
 
 impl std::fmt::Debug for Subagents {
@@ -139,7 +146,35 @@ impl Subagents {
     /// Children posted through `gateway`, refusals recorded in `ledger`, at most `max_depth`
     /// deep; tasks are sent as `agent_name`.
     pub fn new(gateway: Gateway, ledger: Arc<dyn Ledger>, max_depth: u32, agent_name: impl Into<String>) -> Self {
-        Subagents { inner: Arc::new(Inner { gateway, ledger, max_depth, agent_name: agent_name.into() }) }
+        Subagents {
+            inner: Arc::new(Inner {
+                gateway,
+                ledger,
+                max_depth,
+                agent_name: agent_name.into(),
+                personas: Personas::default(),
+            }),
+        }
+    }
+
+    /// These sub-agents, able to hand a task to one of `personas` by name (`delegate`'s
+    /// `agent`).
+    pub fn with_personas(self, personas: Personas) -> Self {
+        let inner = &self.inner;
+        Subagents {
+            inner: Arc::new(Inner {
+                gateway: inner.gateway.clone(),
+                ledger: Arc::clone(&inner.ledger),
+                max_depth: inner.max_depth,
+                agent_name: inner.agent_name.clone(),
+                personas,
+            }),
+        }
+    }
+
+    /// The configured agents `delegate` may name.
+    pub fn personas(&self) -> &Personas {
+        &self.inner.personas
     }
 
     pub fn max_depth(&self) -> u32 {
@@ -154,7 +189,29 @@ impl Subagents {
     /// Hand `task` to a sub-agent, from the turn of `ctx` (its origin says where and how deep).
     /// Returns at once: the child runs on its own activation and its result comes back later.
     pub async fn delegate(&self, ctx: &ToolContext, task: &str) -> Result<Delegated, DelegateError> {
+        self.delegate_to(ctx, task, None).await
+    }
+
+    /// [`Subagents::delegate`], the child answering as the configured agent `agent` (its
+    /// root's `metadata.activation.agent`) when one is named.
+    pub async fn delegate_to(
+        &self,
+        ctx: &ToolContext,
+        task: &str,
+        agent: Option<&str>,
+    ) -> Result<Delegated, DelegateError> {
         let Some(origin) = &ctx.origin else { return Err(DelegateError::NoTurn) };
+        let agent = match agent.map(str::trim).filter(|a| !a.is_empty()) {
+            Some(name) => match self.inner.personas.get(name) {
+                Some(persona) => Some(persona.name.clone()),
+                None => {
+                    let names: Vec<&str> = self.inner.personas.all().iter().map(|p| p.name.as_str()).collect();
+                    let known = if names.is_empty() { "none".to_owned() } else { names.join(", ") };
+                    return Err(DelegateError::UnknownAgent { name: name.to_owned(), known });
+                }
+            },
+            None => None,
+        };
         let task = task.trim();
         if task.is_empty() {
             return Err(DelegateError::EmptyTask);
@@ -208,6 +265,7 @@ impl Subagents {
                 activation_id: origin.activation_id.clone(),
             }),
             delegation_user,
+            agent,
             ..ActivationRequest::new(ActivationKind::DirectTrigger)
         });
         match self.inner.gateway.post(&root).await {

@@ -1,4 +1,4 @@
-//! The model's `delegate(task)` tool.
+//! The model's `delegate(task, agent?)` tool.
 
 use async_trait::async_trait;
 use kesoku_tools::{Tool, ToolContext, ToolOutput, ToolSpec};
@@ -9,7 +9,7 @@ use super::Subagents;
 
 pub const DELEGATE: &str = "delegate";
 
-/// `delegate(task)`: start a sub-agent; its answer comes back later as a message.
+/// `delegate(task, agent?)`: start a sub-agent; its answer comes back later as a message.
 pub struct DelegateTool {
     spec: ToolSpec,
     subagents: Subagents,
@@ -18,10 +18,22 @@ pub struct DelegateTool {
 #[derive(Deserialize)]
 struct Params {
     task: String,
+    #[serde(default)]
+    agent: Option<String>,
 }
 
 impl DelegateTool {
     pub fn new(subagents: Subagents) -> Self {
+        let names: Vec<&str> = subagents.personas().all().iter().map(|p| p.name.as_str()).collect();
+        let agent_help = if names.is_empty() {
+            "Optional: the name of a configured agent to hand the task to (none is configured).".to_owned()
+        } else {
+            format!(
+                "Optional: the name of a configured agent to hand the task to (it answers with its own instructions, \
+                 model and tools): one of {}. Default: a sub-agent like you.",
+                names.join(", ")
+            )
+        };
         let spec = ToolSpec {
             name: DELEGATE.to_owned(),
             description: "Hand a self-contained task to a sub-agent. It works on its own, in a conversation of its \
@@ -37,6 +49,10 @@ impl DelegateTool {
                     "task": {
                         "type": "string",
                         "description": "What the sub-agent should do and answer, with all the context it needs."
+                    },
+                    "agent": {
+                        "type": "string",
+                        "description": agent_help
                     }
                 },
                 "required": ["task"]
@@ -57,7 +73,7 @@ impl Tool for DelegateTool {
             Ok(params) => params,
             Err(error) => return ToolOutput::failure(format!("invalid arguments for tool `{DELEGATE}`: {error}")),
         };
-        match self.subagents.delegate(ctx, &params.task).await {
+        match self.subagents.delegate_to(ctx, &params.task, params.agent.as_deref()).await {
             Ok(child) => ToolOutput::success(format!(
                 "Delegated to sub-agent session {} (depth {}); its result will come back to this conversation as \
                  a message when it finishes. You need not wait for it.",

@@ -311,3 +311,58 @@ fn a_cron_output_schema_is_a_table_read_as_a_json_schema_object() {
         "{error}"
     );
 }
+
+fn load_error(text: &str) -> String {
+    Config::parse(Path::new(PATH), text).err().map(|error| format!("{error:#}")).unwrap_or_default()
+}
+
+#[test]
+fn agents_entries_are_checked_at_load_naming_the_entry() {
+    let ana = "[[agents]]\nname = \"Ana\"\nchannels = [\"api:room\"]\n";
+    let config =
+        parse(&format!("{ana}[[agents]]\nname = \"Ben\"\nchannels = [\"discord:*\"]\ntools = [\"read_file\"]\n"));
+    assert_eq!(config.agents.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["Ana", "Ben"]);
+    let cases = [
+        (
+            "[[agents]]\nname = \"Ana Bell\"\nchannels = [\"api\"]\n".to_owned(),
+            "[[agents]] entry 1 (name = \"Ana Bell\"): a name is one word",
+        ),
+        (
+            format!("{ana}[[agents]]\nname = \"ana\"\nchannels = [\"api\"]\n"),
+            "[[agents]] entry 2 (name = \"ana\"): another",
+        ),
+        ("[[agents]]\nname = \"Kesoku\"\nchannels = [\"api\"]\n".to_owned(), "the name is [agent] name's"),
+        (
+            "[[agents]]\nname = \"Ana\"\nchannels = [\"api\"]\nmodel = \"big\"\n".to_owned(),
+            "model = \"big\" names no [models.big] entry",
+        ),
+        ("[[agents]]\nname = \"Ana\"\n".to_owned(), "[[agents]] entry 1 (name = \"Ana\"): channels is empty"),
+        ("[[agents]]\nname = \"Ana\"\nchannels = [\":room\"]\n".to_owned(), "channels entry \":room\""),
+        (
+            "[[agents]]\nname = \"Ana\"\nchannels = [\"api\"]\nintro = \"x\"\nintro_file = \"a.md\"\n".to_owned(),
+            "give `intro` or `intro_file`, not both",
+        ),
+        ("[[agents]]\nname = \"Ana\"\nchannels = [\"api\"]\ncolour = \"red\"\n".to_owned(), "unknown field `colour`"),
+    ];
+    for (text, expected) in cases {
+        let error = load_error(&text);
+        assert!(error.contains(expected), "`{text}` gave: {error}");
+    }
+}
+
+#[test]
+fn an_agents_tool_that_is_not_configured_is_refused_naming_the_known_ones() {
+    let config = parse("[[agents]]\nname = \"Ana\"\nchannels = [\"api\"]\ntools = [\"read_file\", \"reed_file\"]\n");
+    let known = ["read_file", "write_file"];
+    let error =
+        super::check_agent_tools(&config.agents, known.into_iter()).err().map(|e| format!("{e:#}")).unwrap_or_default();
+    assert!(
+        error.contains(
+            "[[agents]] entry 1 (name = \"Ana\"): tools names `reed_file`, which is not a tool of this configuration; \
+             known tools: read_file, write_file"
+        ),
+        "{error}"
+    );
+    let fine = parse("[[agents]]\nname = \"Ana\"\nchannels = [\"api\"]\ntools = [\"read_file\"]\n");
+    assert!(super::check_agent_tools(&fine.agents, known.into_iter()).is_ok());
+}
