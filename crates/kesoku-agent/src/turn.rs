@@ -474,6 +474,7 @@ impl<'a> Turn<'a> {
                 call_id,
             )
             .with_cancel(cancel.clone())
+            .with_agent(self.deps.persona.map(str::to_owned))
             .with_origin(ToolOrigin {
                 message_id: self.root.id.clone(),
                 chatbot_id: self.root.chatbot_id.clone(),

@@ -363,6 +363,10 @@ pub struct ParentRef {
     /// The parent's activation, for the ledger's correlation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub activation_id: Option<ActivationId>,
+    /// The configured agent whose turn delegated (`None`: the default agent): the result goes
+    /// back to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
 }
 
 impl ActivationRequest {

@@ -50,6 +50,9 @@ pub struct ToolContext {
     /// at call time. `None` when the work runs for nobody in particular; a tool that needs a
     /// connection then says so in its error.
     pub grants: Option<Arc<dyn Grants>>,
+    /// The configured agent (`[[agents]]` name) whose turn makes the call; `None`: the default
+    /// agent. Work the call starts for later (a sub-agent's result) goes back to it.
+    pub agent: Option<String>,
 }
 
 /// A person's connection grants (tokens set with `kesoku grants`), as tools read them at call
@@ -130,6 +133,7 @@ impl ToolContext {
             call_id: call_id.into(),
             origin: None,
             grants: None,
+            agent: None,
         }
     }
 
@@ -142,6 +146,12 @@ impl ToolContext {
     /// Give the call the connections of the person the work runs for.
     pub fn with_grants(mut self, grants: Arc<dyn Grants>) -> Self {
         self.grants = Some(grants);
+        self
+    }
+
+    /// Say which configured agent's turn makes the call.
+    pub fn with_agent(mut self, agent: Option<String>) -> Self {
+        self.agent = agent;
         self
     }
 

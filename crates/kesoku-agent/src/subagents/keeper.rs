@@ -158,6 +158,8 @@ impl ResultKeeper {
             depth: request.depth.saturating_sub(1),
             delegation_user: request.delegation_user.clone(),
             triggered_by: Some(format!("sub-agent:{}", root.session_id)),
+            // Back to the agent that delegated (a configured one answers its own results).
+            agent: parent.agent.clone(),
             ..ActivationRequest::new(ActivationKind::SubAgentResult)
         });
         match self.gateway.post(&result).await {

@@ -248,7 +248,7 @@ impl Subagents {
         }
         let mut root = Message::direct_trigger(&session_id, AGENT_CHATBOT, ctx.session_id.as_str(), task);
         root.id = root_id.clone();
-        root.sender = self.inner.agent_name.clone();
+        root.sender = ctx.agent.clone().unwrap_or_else(|| self.inner.agent_name.clone());
         root.metadata.activation = Some(ActivationRequest {
             task: Some(task.to_owned()),
             trigger: Some(TriggerContext {
@@ -263,6 +263,7 @@ impl Subagents {
                 session_id: ctx.session_id.clone(),
                 message_id: origin.message_id.clone(),
                 activation_id: origin.activation_id.clone(),
+                agent: ctx.agent.clone(),
             }),
             delegation_user,
             agent,

@@ -96,12 +96,12 @@ async fn a_live_claim_elsewhere_is_left_alone() {
     assert_eq!(h.status_of(&user.id).await, Status::Processing, "another host's fresh claim is not an orphan");
 }
 
-fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "localhost".into())
 }
 
 /// Set who holds a `processing` message, as a crashed process's claim would.
-async fn sqlx_claim(h: &Harness, id: &kesoku_core::MessageId, claimed_by: &str) {
+pub(crate) async fn sqlx_claim(h: &Harness, id: &kesoku_core::MessageId, claimed_by: &str) {
     let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", h.dir.path().join("kesoku.db").display()))
         .await
         .expect("raw connection");
