@@ -64,7 +64,8 @@ pub fn check_agent_tools<'a>(agents: &[AgentPersona], known: impl Iterator<Item 
     let known: Vec<&str> = known.collect();
     for (index, agent) in agents.iter().enumerate() {
         for tool in agent.tools.iter().flatten() {
-            if !known.contains(&tool.as_str()) {
+            // `pass` is offered in every round whatever the list says.
+            if tool != kesoku_agent::orchestration::PASS && !known.contains(&tool.as_str()) {
                 bail!(
                     "[[agents]] entry {} (name = \"{}\"): tools names `{tool}`, which is not a tool of this \
                      configuration; known tools: {}",

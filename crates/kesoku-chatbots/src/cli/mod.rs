@@ -311,6 +311,10 @@ impl CliChatbot {
             if message.id == *root_id {
                 match message.status {
                     Status::Processing => root_started = true,
+                    // An agent of a round passed and the next one is asked: keep waiting. (A
+                    // shutdown in the middle of a round is waited through too: the next start
+                    // finishes it, or a second Ctrl-C stops waiting.)
+                    Status::PendingAgent if root_started && in_round(&message) => root_started = false,
                     Status::Processed => return Ok(TurnOutcome::Processed),
                     Status::Interrupted => {
                         self.notice("⏹ Interrupted.")?;
@@ -414,4 +418,10 @@ fn tick(screen: &Mutex<Screen>) {
             return;
         }
     }
+}
+
+/// Whether a root is in a round of several agents: a pass writes the round (and the next agent)
+/// onto the root before it goes back to `pending_agent`.
+fn in_round(root: &Message) -> bool {
+    root.metadata.activation.as_ref().is_some_and(|request| request.orchestration.is_some())
 }

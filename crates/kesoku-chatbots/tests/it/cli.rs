@@ -136,3 +136,65 @@ async fn a_second_interrupt_stops_waiting_when_the_turn_cannot_be_stopped() {
     assert!(text.contains("Not from here. Press Ctrl-C again to stop waiting."), "{text}");
     assert!(text.contains("Stopped waiting"), "{text}");
 }
+
+/// Follow `turn`'s root while `agent` plays the runtime's part; the outcome.
+async fn follow_while(
+    agent: impl FnOnce(kesoku_gateway::Gateway, Vec<kesoku_core::Message>) -> tokio::task::JoinHandle<()>,
+) -> TurnOutcome {
+    let fixture = fixture().await;
+    let gateway = fixture.gateway.clone();
+    let deliverer = Deliverer::new(gateway.clone(), fixture.workspace());
+    let chatbot = CliChatbot::with_writer(RenderMode::Plain, 80, Box::new(Captured::default()));
+    let turn = tool_turn(&fixture.session);
+    let after = gateway.store().current_rev().await.expect("rev");
+    gateway.post(&turn[0]).await.expect("post root");
+    let agent = agent(gateway.clone(), turn.clone());
+    let (_interrupt, mut interrupts) = tokio::sync::mpsc::unbounded_channel();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(10),
+        chatbot.follow_turn(&deliverer, &fixture.session.id, &turn[0].id, after, &NoControl, &mut interrupts),
+    )
+    .await
+    .expect("the turn ends")
+    .expect("following works");
+    agent.await.expect("the fake agent ran");
+    outcome
+}
+
+#[tokio::test]
+async fn a_pass_to_the_next_agent_of_the_channel_is_waited_through_but_a_requeue_is_not() {
+    // Ana passes: the root names Ben and goes back to `pending_agent`; Ben answers.
+    let outcome = follow_while(|gateway, turn| {
+        tokio::spawn(async move {
+            let root = &turn[0].id;
+            gateway.update_status(root, Status::Processing).await.expect("claim");
+            let mut metadata = turn[0].metadata.clone();
+            let round =
+                kesoku_core::Orchestration { agents: vec!["Ana".into(), "Ben".into()], index: 1, no_reply_streak: 1 };
+            metadata.activation = Some(kesoku_core::ActivationRequest {
+                agent: Some("Ben".into()),
+                orchestration: Some(round),
+                ..kesoku_core::ActivationRequest::new(kesoku_core::ActivationKind::Message)
+            });
+            gateway.update_metadata(root, &metadata).await.expect("next agent");
+            gateway.update_status(root, Status::PendingAgent).await.expect("handed on");
+            gateway.update_status(root, Status::Processing).await.expect("Ben claims");
+            for message in &turn[1..] {
+                gateway.post(message).await.expect("post step");
+            }
+            gateway.update_status(root, Status::Processed).await.expect("finish");
+        })
+    })
+    .await;
+    assert_eq!(outcome, TurnOutcome::Processed);
+
+    // Handed back outside a round (a shutdown): the CLI stops following.
+    let outcome = follow_while(|gateway, turn| {
+        tokio::spawn(async move {
+            gateway.update_status(&turn[0].id, Status::Processing).await.expect("claim");
+            gateway.update_status(&turn[0].id, Status::PendingAgent).await.expect("requeued");
+        })
+    })
+    .await;
+    assert_eq!(outcome, TurnOutcome::Requeued);
+}
