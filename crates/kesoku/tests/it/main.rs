@@ -2,6 +2,7 @@
 
 #![allow(clippy::expect_used)]
 
+mod agents;
 mod chat;
 mod discord;
 mod followups;
