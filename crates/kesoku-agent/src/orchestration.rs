@@ -90,16 +90,16 @@ pub fn round_lines(agent: &str, round: &Orchestration) -> Vec<String> {
     ]
 }
 
-/// The root's metadata with the next dispatch of a round written in: kind message, agent the
-/// next one, the round, depth and delegation user kept.
+/// The root's metadata with the next dispatch of a round written in: the agent the next one,
+/// the round; the rest of the request (its kind, task, trigger, depth, delegation user) kept, so
+/// the next agent gets the same work (a person's message: a `message` request made now).
 pub fn next_dispatch(root: &Message, activation: &Activation, next: Orchestration) -> Metadata {
     let mut metadata = root.metadata.clone();
     let mut request = metadata.activation.take().unwrap_or_else(|| ActivationRequest {
         depth: activation.depth,
         delegation_user: activation.delegation_user.clone(),
-        ..ActivationRequest::new(ActivationKind::Message)
+        ..ActivationRequest::new(activation.kind())
     });
-    request.kind = ActivationKind::Message;
     request.agent = next.current().map(str::to_owned);
     request.orchestration = Some(next);
     metadata.activation = Some(request);
@@ -154,6 +154,66 @@ mod tests {
         for text in ["passing", "I pass on this one", "pass."] {
             assert!(!is_pass_text(text), "{text:?}");
         }
+    }
+
+    fn activation_of(root: &Message, kind: ActivationKind) -> Activation {
+        use kesoku_core::activation::{ActivationPayload, ExpectedResponse, Lane, TriggerContext};
+        let payload = match kind {
+            ActivationKind::Workflow => ActivationPayload::Workflow {
+                message_id: root.id.clone(),
+                task: "report".into(),
+                trigger: TriggerContext {
+                    name: "daily".into(),
+                    source: "cron".into(),
+                    schedule: None,
+                    fired_at: chrono::Utc::now(),
+                },
+            },
+            _ => ActivationPayload::Message { message_id: root.id.clone() },
+        };
+        Activation {
+            id: kesoku_core::ActivationId::generate(),
+            session_id: root.session_id.clone(),
+            chatbot_id: root.chatbot_id.clone(),
+            channel_id: root.channel_id.clone(),
+            triggered_by: "Chii".into(),
+            delegation_user: Some("chii".into()),
+            depth: 1,
+            agent: Some("Ana".into()),
+            orchestration: None,
+            lane: Lane::Interactive,
+            expected_response: ExpectedResponse::default(),
+            locale: None,
+            timezone: None,
+            model: None,
+            output_schema: None,
+            created_at: chrono::Utc::now(),
+            payload,
+        }
+    }
+
+    #[test]
+    fn the_next_dispatch_names_the_next_agent_and_keeps_the_work() {
+        let round = Orchestration::start(vec!["Ana".into(), "Ben".into()]).expect("round");
+        let kesoku_core::activation::AfterPass::Dispatch(next) = round.after_pass() else { panic!("Ben is next") };
+        let session = kesoku_core::SessionId::from("sess_1");
+        // A person's message: a message request made now, depth and delegation user carried.
+        let root = Message::user_text(&session, "api", "room", "Chii", "hello");
+        let request = next_dispatch(&root, &activation_of(&root, ActivationKind::Message), next.clone())
+            .activation
+            .expect("a request");
+        assert_eq!((request.kind, request.agent.as_deref(), request.depth), (ActivationKind::Message, Some("Ben"), 1));
+        assert_eq!((request.delegation_user.as_deref(), request.orchestration.as_ref()), (Some("chii"), Some(&next)));
+        // A workflow stays a workflow with its task.
+        let mut cron = Message::user_text(&session, "api", "room", "cron", "report");
+        cron.metadata.activation =
+            Some(ActivationRequest { task: Some("report".into()), ..ActivationRequest::new(ActivationKind::Workflow) });
+        let request =
+            next_dispatch(&cron, &activation_of(&cron, ActivationKind::Workflow), next).activation.expect("a request");
+        assert_eq!(
+            (request.kind, request.task.as_deref(), request.agent.as_deref()),
+            (ActivationKind::Workflow, Some("report"), Some("Ben"))
+        );
     }
 
     #[test]
