@@ -156,10 +156,10 @@ mod tests {
         }
     }
 
-    fn activation_of(root: &Message, kind: ActivationKind) -> Activation {
+    fn activation_of(root: &Message, workflow: bool) -> Activation {
         use kesoku_core::activation::{ActivationPayload, ExpectedResponse, Lane, TriggerContext};
-        let payload = match kind {
-            ActivationKind::Workflow => ActivationPayload::Workflow {
+        let payload = if workflow {
+            ActivationPayload::Workflow {
                 message_id: root.id.clone(),
                 task: "report".into(),
                 trigger: TriggerContext {
@@ -168,8 +168,9 @@ mod tests {
                     schedule: None,
                     fired_at: chrono::Utc::now(),
                 },
-            },
-            _ => ActivationPayload::Message { message_id: root.id.clone() },
+            }
+        } else {
+            ActivationPayload::Message { message_id: root.id.clone() }
         };
         Activation {
             id: kesoku_core::ActivationId::generate(),
@@ -199,17 +200,14 @@ mod tests {
         let session = kesoku_core::SessionId::from("sess_1");
         // A person's message: a message request made now, depth and delegation user carried.
         let root = Message::user_text(&session, "api", "room", "Chii", "hello");
-        let request = next_dispatch(&root, &activation_of(&root, ActivationKind::Message), next.clone())
-            .activation
-            .expect("a request");
+        let request = next_dispatch(&root, &activation_of(&root, false), next.clone()).activation.expect("a request");
         assert_eq!((request.kind, request.agent.as_deref(), request.depth), (ActivationKind::Message, Some("Ben"), 1));
         assert_eq!((request.delegation_user.as_deref(), request.orchestration.as_ref()), (Some("chii"), Some(&next)));
         // A workflow stays a workflow with its task.
         let mut cron = Message::user_text(&session, "api", "room", "cron", "report");
         cron.metadata.activation =
             Some(ActivationRequest { task: Some("report".into()), ..ActivationRequest::new(ActivationKind::Workflow) });
-        let request =
-            next_dispatch(&cron, &activation_of(&cron, ActivationKind::Workflow), next).activation.expect("a request");
+        let request = next_dispatch(&cron, &activation_of(&cron, true), next).activation.expect("a request");
         assert_eq!(
             (request.kind, request.task.as_deref(), request.agent.as_deref()),
             (ActivationKind::Workflow, Some("report"), Some("Ben"))
