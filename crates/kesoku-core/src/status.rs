@@ -132,8 +132,9 @@ impl Status {
     ///
     /// - `pending_agent`: a worker claims it (`processing`), or it is abandoned before pickup
     ///   (`interrupted` by a newer message or `/stop`, `error` when its session is gone).
-    /// - `processing`: the turn ends (`processed`, `interrupted`, `error`) or the worker died and
-    ///   orphan recovery hands it back (`pending_agent`).
+    /// - `processing`: the turn ends (`processed`, `interrupted`, `error`), or the worker died and
+    ///   orphan recovery hands it back, or an agent of a round passed and the next one is asked
+    ///   (`pending_agent`).
     /// - `pending`: the chatbot delivered it, or gave up for good.
     /// - `responded`: an intermediate step was rendered (`delivered`), or it was an unfinished tool
     ///   call when its turn was interrupted (`interrupted`).
