@@ -30,6 +30,8 @@ pub struct Options {
     /// Offer `delegate` (sub-agents over the harness's store, `config.max_depth` deep) beside
     /// the built-in tools (when `tools` is not given).
     pub delegate: bool,
+    /// The configured agents (`[[agents]]`); default: none.
+    pub personas: kesoku_agent::Personas,
 }
 
 impl Default for Options {
@@ -42,6 +44,7 @@ impl Default for Options {
             tools: None,
             extra_models: Vec::new(),
             delegate: false,
+            personas: Default::default(),
         }
     }
 }
@@ -220,7 +223,7 @@ async fn boot_with(
         config: options.config,
         limits: options.limits,
         intro: None,
-        personas: Default::default(),
+        personas: options.personas,
     });
     agent.recover().await.expect("recover");
     let shutdown = CancellationToken::new();
