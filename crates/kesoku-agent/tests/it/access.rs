@@ -305,3 +305,24 @@ async fn a_message_the_agent_may_not_read_is_left_out_of_an_entry_and_counted() 
     assert!(note.contains("context: 1 message left out"), "{note}");
     assert!(!note.contains("ELSEWHERE"), "{note}");
 }
+
+#[tokio::test]
+async fn a_thread_is_read_through_its_parent_and_the_default_agent_stays_out_of_agents_channels() {
+    let options = Options { personas: team(), ..Options::default() };
+    let h = Harness::start_with(vec![ScriptStep::text("from Ryan in the thread")], options).await;
+    // Ryan sits in the channel, so it reads a thread hanging off it.
+    let thread = h.gateway.resolve_session(BOT, "thread-5").await.expect("session");
+    let mut inside = asking(&thread, "thread-5", "Ryan", "in the thread");
+    inside.metadata.thread = Some(Box::new(ThreadRef { parent_channel_id: CHANNEL.to_owned(), root_message_id: None }));
+    let inside = h.gateway.post(&inside).await.expect("post").message;
+    assert_eq!(h.wait_terminal(&inside.id).await, Status::Processed);
+    assert_eq!(h.model.requests().len(), 1);
+
+    // Work for the default agent in a channel where configured agents sit is not its to read.
+    let plain = h.post_user("nobody named").await;
+    assert_eq!(h.wait_terminal(&plain.id).await, Status::Error);
+    let rows = h.finished_ledger_for(&plain.id).await;
+    let error = rows[0].error.as_deref().unwrap_or_default();
+    assert!(error.starts_with("access denied: the default agent does not read discord:1234567890123"), "{error}");
+    assert_eq!(h.model.requests().len(), 1, "no model call for the denied one");
+}
