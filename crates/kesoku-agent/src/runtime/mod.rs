@@ -5,8 +5,8 @@
 //! `worker` (claim, heartbeat, access check, run, resolve the root's status), `maintenance`
 //! (compaction and titles on the background lane), `compact` (writing a summary; `/compact`),
 //! `recovery` (work of dead processes at start-up), `visibility` (access at load time, the
-//! per-agent view of a shared session, thread and channel context) and `model_log` (the per-session model log of
-//! debug mode).
+//! per-agent view of a shared session, thread and channel context) and `model_log` (the
+//! per-session model log of debug mode).
 //!
 //! One worker runs a session at a time (the queue hands a session to one worker until its lease
 //! is released). A turn runs in its own task: a panic in one session is logged, the message is
