@@ -29,6 +29,15 @@ pub(crate) const CONTEXT_CLIP_CHARS: usize = 1_000;
 /// read twice to fill a window of 20).
 const MAX_READ_PAST: usize = 1_000;
 
+/// The agent an activation runs as: the one it names, else the one its orchestration round
+/// dispatches now; `None`: the default agent.
+pub(crate) fn acting_agent(activation: &Activation) -> Option<&str> {
+    activation.agent.as_deref().or_else(|| {
+        let round = activation.orchestration.as_ref()?;
+        round.agents.get(round.index).map(String::as_str)
+    })
+}
+
 /// Why the agent of an activation may not read `message`: `(detail for the ledger, short notice
 /// for the people in the channel)`. `None`: it may. Neither text carries the message's content.
 pub(crate) fn load_denied(personas: &Personas, agent: Option<&str>, message: &Message) -> Option<(String, String)> {
@@ -244,7 +253,7 @@ impl Agent {
         if thread.is_none() && !shared {
             return Ok(out);
         }
-        let agent = activation.agent.as_deref();
+        let agent = acting_agent(activation);
         let mut seen: HashSet<MessageId> = view.iter().map(|m| m.id.clone()).collect();
         seen.insert(root.id.clone());
         // Each message by its own channel: a reply in the thread by the thread and the channel it

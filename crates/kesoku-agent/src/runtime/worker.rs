@@ -160,7 +160,7 @@ impl Agent {
         }
         // And its agent must sit in the message's channel (`[[agents]]`, read now, not at intake).
         if let Some((detail, short)) =
-            visibility::load_denied(&self.inner.deps.personas, activation.agent.as_deref(), &message)
+            visibility::load_denied(&self.inner.deps.personas, visibility::acting_agent(activation), &message)
         {
             return self.deny_load(activation, &message, detail, &short).await;
         }
@@ -291,7 +291,7 @@ impl Agent {
         let history = compaction::apply_summaries(history?);
         let untitled = deps.config.titles && session.title.is_none();
         self.before_turn(&root, &history, context.model.info().context_window, untitled);
-        let history = visibility::agent_view(history, activation.agent.as_deref(), &root.id);
+        let history = visibility::agent_view(history, visibility::acting_agent(activation), &root.id);
         let staging_dir = self.session_dir(&root.session_id);
         let zone = entries::Zone::named(context.timezone.as_deref());
         let mut entries = vec![entries::activation_context_entry(&context, &zone.now())];
