@@ -40,7 +40,11 @@ pub(crate) fn acting_agent(activation: &Activation) -> Option<&str> {
 
 /// Why the agent of an activation may not read `message`: `(detail for the ledger, short notice
 /// for the people in the channel)`. `None`: it may. Neither text carries the message's content.
+/// A `/compact` root is a command on the session, not work for an agent: it is not checked.
 pub(crate) fn load_denied(personas: &Personas, agent: Option<&str>, message: &Message) -> Option<(String, String)> {
+    if message.metadata.is_compaction == Some(true) {
+        return None;
+    }
     let parent = message.metadata.thread.as_ref().map(|t| t.parent_channel_id.as_str());
     if personas.may_read(agent, &message.chatbot_id, &message.channel_id, parent) {
         return None;
@@ -393,6 +397,9 @@ mod tests {
         assert!(!short.contains("secret") && short.contains("[[agents]]"), "{short}");
         assert!(load_denied(&personas, Some("Ana"), &message).is_none());
         assert!(load_denied(&personas, None, &message).is_some(), "the default agent stays out of a persona's room");
+        let mut compact = message.clone();
+        compact.metadata.is_compaction = Some(true);
+        assert!(load_denied(&personas, None, &compact).is_none(), "`/compact` is a command, not an agent's work");
         // A thread counts as the channel it hangs off.
         message.channel_id = "thread-7".to_owned();
         message.metadata.thread =
