@@ -152,6 +152,14 @@ pub struct AgentConfig {
     /// delegation beyond it is refused (issue #30: default 3).
     #[serde(default = "default_max_depth")]
     pub max_depth: u32,
+    /// In a channel where two or more `[[agents]]` sit: how many recent channel messages the
+    /// answering agent is shown beside its own view (the channel-context entry); 0 turns it off.
+    #[serde(default = "default_channel_context_messages")]
+    pub channel_context_messages: u32,
+    /// For a message inside a thread: how many recent replies of the thread the model is shown
+    /// with the thread's root (the thread-context entry); 0 shows the root only.
+    #[serde(default = "default_thread_context_messages")]
+    pub thread_context_messages: u32,
     /// Write every model request and response to the session's staging folder.
     #[serde(default)]
     pub debug: bool,
@@ -190,6 +198,14 @@ fn default_max_depth() -> u32 {
     3
 }
 
+fn default_channel_context_messages() -> u32 {
+    20
+}
+
+fn default_thread_context_messages() -> u32 {
+    10
+}
+
 impl Default for AgentConfig {
     fn default() -> Self {
         AgentConfig {
@@ -202,6 +218,8 @@ impl Default for AgentConfig {
             max_concurrent_turns: default_max_concurrent_turns(),
             orphan_after_s: default_orphan_after_s(),
             max_depth: default_max_depth(),
+            channel_context_messages: default_channel_context_messages(),
+            thread_context_messages: default_thread_context_messages(),
             debug: false,
             compaction: crate::compaction::CompactionConfig::default(),
             locale: None,

@@ -34,7 +34,7 @@ pub fn system_prompt(agent_name: &str, configured: Option<&str>, intro: Option<&
     prompt
 }
 
-fn virtual_message(session_id: &SessionId, role: Role, sender: &str, content: String) -> Message {
+pub(crate) fn virtual_message(session_id: &SessionId, role: Role, sender: &str, content: String) -> Message {
     let mut message = Message::user_text(session_id, "system", "system", sender, content);
     message.role = role;
     message.status = kesoku_core::Status::Responded;

@@ -62,6 +62,39 @@ pub struct PostMessageParams {
     /// the message's `metadata.activation`.
     #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "alice")]
     pub delegation_user: Option<String>,
+    /// The message is written inside a thread: `channel_id` is the thread, hanging off
+    /// `parent_channel_id` (same chatbot). Stored as `metadata.thread`; the agent is shown the
+    /// thread's root and its recent replies, and an agent sitting in the parent channel may read
+    /// the thread (`[[agents]] channels`).
+    pub thread: Option<ThreadParams>,
+}
+
+/// Where a thread hangs.
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadParams {
+    /// The channel the thread was opened in (not the thread itself).
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "web")]
+    pub parent_channel_id: String,
+    /// The id of the stored message the thread was started from, when there is one.
+    #[schema(min_length = 1, max_length = 256, pattern = "^[^\\u0000]*$", example = "msg_01J...")]
+    pub root_message_id: Option<String>,
+}
+
+impl ThreadParams {
+    fn validate(&self, channel_id: &str) -> Result<(), AppError> {
+        check_text("thread.parent_channel_id", &self.parent_channel_id, 1, MAX_NAME_CHARS)?;
+        if self.parent_channel_id == channel_id {
+            return Err(AppError::invalid_field(
+                "`thread.parent_channel_id` must name the channel the thread hangs off, not the thread \
+                 (`channel_id`) itself",
+            ));
+        }
+        if let Some(root) = &self.root_message_id {
+            check_text("thread.root_message_id", root, 1, MAX_NAME_CHARS)?;
+        }
+        Ok(())
+    }
 }
 
 /// One attached file.
@@ -105,6 +138,9 @@ impl Validate for PostMessageParams {
             check_text("client_message_id", client_message_id, 1, MAX_NAME_CHARS)?;
         }
         check_delegation_user(self.delegation_user.as_deref())?;
+        if let Some(thread) = &self.thread {
+            thread.validate(&self.channel_id)?;
+        }
         if self.attachments.len() > MAX_ATTACHMENTS {
             return Err(AppError::invalid_field(format!("at most {MAX_ATTACHMENTS} attachments per message")));
         }

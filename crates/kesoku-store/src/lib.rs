@@ -110,6 +110,10 @@ pub trait Store: Send + Sync + 'static {
     /// Messages matching `filter`, in the order they were written.
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>>;
 
+    /// The newest `limit` messages matching `filter` (its own limit ignored), oldest first: the
+    /// recent messages of a channel or thread that a turn shows as context.
+    async fn recent_messages(&self, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<Message>>;
+
     /// For each channel of `chatbot_id`, its newest message of `role` written at or after
     /// `since` (one per channel; channels without one are left out), in the order they were
     /// written. A platform adapter reads here where it stopped listening in each channel.

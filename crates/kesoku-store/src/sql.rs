@@ -143,6 +143,14 @@ pub(crate) fn list_query(filter: &MessageFilter) -> Query {
     query
 }
 
+/// The query of `Store::recent_messages`: the newest `limit` matches, read back oldest first.
+pub(crate) fn recent_query(filter: &MessageFilter, limit: u32) -> Query {
+    let mut query =
+        Query::new(&format!("SELECT {MESSAGE_COLUMNS} FROM (SELECT {MESSAGE_COLUMNS}, seq FROM messages WHERE 1 = 1"));
+    query.message_filter(filter, "").push(" ORDER BY seq DESC").limit(Some(limit)).push(") AS recent ORDER BY seq");
+    query
+}
+
 /// The query of `Store::list_followups`: soonest due first, ties in the order they were stored.
 pub(crate) fn followups_query(filter: &FollowUpFilter) -> Query {
     let mut query = Query::new(&format!("SELECT {FOLLOWUP_COLUMNS} FROM followups WHERE 1 = 1"));

@@ -4,8 +4,9 @@
 //! Its jobs live in their own modules: `intake` (root message → activation of its kind → lane),
 //! `worker` (claim, heartbeat, access check, run, resolve the root's status), `maintenance`
 //! (compaction and titles on the background lane), `compact` (writing a summary; `/compact`),
-//! `recovery` (work of dead processes at start-up) and `model_log` (the per-session model log of
-//! debug mode).
+//! `recovery` (work of dead processes at start-up), `visibility` (access at load time, the
+//! per-agent view of a shared session, thread and channel context) and `model_log` (the
+//! per-session model log of debug mode).
 //!
 //! One worker runs a session at a time (the queue hands a session to one worker until its lease
 //! is released). A turn runs in its own task: a panic in one session is logged, the message is
@@ -16,6 +17,7 @@ mod intake;
 mod maintenance;
 mod model_log;
 mod recovery;
+mod visibility;
 mod worker;
 
 use std::collections::{HashMap, HashSet};

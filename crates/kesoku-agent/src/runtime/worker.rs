@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::intake::is_human;
 use super::model_log::write_model_log;
-use super::{Agent, RunningTurn, lock};
+use super::{Agent, RunningTurn, lock, visibility};
 use crate::compaction;
 use crate::config::QueueMode;
 use crate::context::ActivationContext;
@@ -161,6 +161,12 @@ impl Agent {
                 )),
                 Usage::default(),
             ));
+        }
+        // And its agent must sit in the message's channel (`[[agents]]`, read now, not at intake).
+        if let Some((detail, short)) =
+            visibility::load_denied(&self.inner.deps.personas, visibility::acting_agent(activation), &message)
+        {
+            return self.deny_load(activation, &message, detail, &short).await;
         }
         // (Past the access check, the activation's chatbot and channel are the message's.)
         if is_human(&message) && mode == QueueMode::Interrupt && newer? {
@@ -309,12 +315,15 @@ impl Agent {
         let history = compaction::apply_summaries(history?);
         let untitled = deps.config.titles && session.title.is_none();
         self.before_turn(&root, &history, context.model.info().context_window, untitled);
+        let history = visibility::agent_view(history, visibility::acting_agent(activation), &root.id);
         let staging_dir = self.session_dir(&root.session_id);
         let zone = entries::Zone::named(context.timezone.as_deref());
         let mut entries = vec![entries::activation_context_entry(&context, &zone.now())];
         if let Some((trigger, task)) = activation.payload.trigger() {
             entries.push(entries::trigger_context_entry(&root.session_id, trigger, task, &zone));
         }
+        let mut context_entries = self.context_entries(activation, &root, &history, &zone).await?;
+        entries.append(&mut context_entries.entries);
         let log_dir = staging_dir.clone();
         let model_log = move |step: u32, request: &Request, response: Result<&Response, &LlmError>| {
             write_model_log(&log_dir, step, request, response);
@@ -385,7 +394,11 @@ impl Agent {
                 (Outcome::Failed, Some(short))
             }
         };
-        Ok((resolved.0, resolved.1, usage))
+        let note = match (resolved.1, context_entries.note()) {
+            (Some(note), Some(withheld)) => Some(format!("{note}; {withheld}")),
+            (note, withheld) => note.or(withheld),
+        };
+        Ok((resolved.0, note, usage))
     }
 
     /// Resolve a configured agent's pass. In a round, the next agent is written onto the root

@@ -4,6 +4,7 @@
 
 #![allow(clippy::expect_used)]
 
+mod access;
 mod agents;
 mod compaction;
 mod followups;

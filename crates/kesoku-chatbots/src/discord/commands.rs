@@ -200,7 +200,8 @@ async fn answer(
         Place::Direct | Place::Channel { .. } => None,
     };
     let route = inbound::Route { channel_id, parent_channel_id, start_thread: false };
-    let mut metadata: Metadata = inbound::metadata(0, actor.id, channel_id, &route, interaction.guild_id);
+    let mut metadata: Metadata =
+        inbound::metadata(&shared.config.id, 0, actor.id, channel_id, &route, interaction.guild_id);
     metadata.discord_message_id = None;
     metadata.extra.insert("discord_interaction_id".into(), Value::String(interaction.id.to_string()));
     let inbound = Inbound {

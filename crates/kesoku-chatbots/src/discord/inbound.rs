@@ -22,14 +22,14 @@ use std::sync::Mutex;
 
 use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
-use kesoku_core::Metadata;
+use kesoku_core::{Metadata, ThreadRef};
 use serde_json::{Value, json};
 
 use super::Shared;
 use super::rest::{DiscordApi, thread_name};
 use super::wire::{self, Channel, Member, MessageCreate, User, channel_kind, message_kind};
 use crate::commands;
-use crate::ingest::{Author, Inbound, IngestError, Ingested, ingest};
+use crate::ingest::{Author, Inbound, IngestError, Ingested, ingest, platform_message_id};
 use crate::staging::IncomingFile;
 
 /// What the adapter knows about a channel (from `GUILD_CREATE`, channel events, or REST).
@@ -174,13 +174,26 @@ fn is_written(message: &MessageCreate) -> bool {
     matches!(message.kind, message_kind::DEFAULT | message_kind::REPLY)
 }
 
-/// Metadata of an ingested Discord message.
-pub fn metadata(message_id: u64, author_id: u64, channel_id: u64, route: &Route, guild_id: Option<u64>) -> Metadata {
+/// Metadata of a Discord message ingested by chatbot `chatbot_id`. A message in a thread
+/// carries `thread`: the channel it hangs off, and the message it was started from (a thread's
+/// id is that message's id, so the stored message's id derives from it).
+pub fn metadata(
+    chatbot_id: &str,
+    message_id: u64,
+    author_id: u64,
+    channel_id: u64,
+    route: &Route,
+    guild_id: Option<u64>,
+) -> Metadata {
     let mut metadata = Metadata { discord_message_id: Some(message_id.to_string()), ..Metadata::default() };
     metadata.extra.insert("discord_author_id".into(), Value::String(author_id.to_string()));
     metadata.extra.insert("discord_channel_id".into(), Value::String(channel_id.to_string()));
     if let Some(parent) = route.parent_channel_id {
         metadata.extra.insert("discord_parent_channel_id".into(), Value::String(parent.to_string()));
+        metadata.thread = Some(Box::new(ThreadRef {
+            parent_channel_id: parent.to_string(),
+            root_message_id: Some(platform_message_id(chatbot_id, &route.channel_id.to_string())),
+        }));
     }
     if let Some(guild) = guild_id {
         metadata.extra.insert("discord_guild_id".into(), Value::String(guild.to_string()));
@@ -274,7 +287,7 @@ pub(super) async fn handle_message(shared: &Shared, message: MessageCreate) {
         files,
         metadata: Metadata {
             model,
-            ..metadata(message.id, message.author.id, message.channel_id, &route, message.guild_id)
+            ..metadata(&shared.config.id, message.id, message.author.id, message.channel_id, &route, message.guild_id)
         },
     };
     match ingest(&shared.gateway, &shared.staging, inbound).await {
@@ -457,7 +470,7 @@ mod tests {
     #[test]
     fn metadata_names_the_discord_ids() {
         let thread = Route { channel_id: 900, parent_channel_id: Some(42), start_thread: true };
-        let metadata = metadata(900, 112233, 42, &thread, Some(7));
+        let metadata = metadata("discord", 900, 112233, 42, &thread, Some(7));
         assert_eq!(
             metadata.to_value(),
             json!({
@@ -466,10 +479,16 @@ mod tests {
                 "discord_channel_id": "42",
                 "discord_parent_channel_id": "42",
                 "discord_guild_id": "7",
+                "thread": {"parent_channel_id": "42", "root_message_id": "msg_discord_900"},
             })
         );
+        // A reply in an existing thread names the message the thread was started from.
+        let reply = Route { channel_id: 900, parent_channel_id: Some(42), start_thread: false };
+        let thread = super::metadata("discord", 901, 112233, 900, &reply, Some(7)).thread.expect("a thread");
+        assert_eq!(thread.root_message_id.as_ref().map(|id| id.as_str()), Some("msg_discord_900"));
         let dm = Route { channel_id: 42, parent_channel_id: None, start_thread: false };
-        let value = super::metadata(900, 112233, 42, &dm, None).to_value();
+        let value = super::metadata("discord", 900, 112233, 42, &dm, None).to_value();
         assert!(value.get("discord_parent_channel_id").is_none() && value.get("discord_guild_id").is_none());
+        assert!(value.get("thread").is_none());
     }
 }

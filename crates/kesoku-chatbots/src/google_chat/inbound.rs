@@ -15,7 +15,7 @@
 
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
-use kesoku_core::Metadata;
+use kesoku_core::{Metadata, ThreadRef};
 use serde_json::{Map, Value, json};
 
 use super::Shared;
@@ -49,6 +49,16 @@ pub fn channel_for(space: Option<&ChatSpace>, message: &ChatMessage) -> Option<S
         (Some(space), None) => Some(space.name.clone()),
         (None, None) => space.filter(|space| !space.name.is_empty()).map(|space| space.name.clone()),
     }
+}
+
+/// The thread a message in `channel_id` is in, when that channel is a thread of a space: it hangs
+/// off the space, so an agent sitting in the space reads its threads. Google Chat's thread names
+/// do not derive from the message that started them, so the thread's root is not named (it is
+/// the first message of the same channel, in the history already).
+pub fn thread_for(space: Option<&ChatSpace>, channel_id: &str) -> Option<ThreadRef> {
+    let space = space.filter(|space| !space.name.is_empty())?;
+    (channel_id != space.name && channel_id.starts_with(&format!("{}/threads/", space.name)))
+        .then(|| ThreadRef { parent_channel_id: space.name.clone(), root_message_id: None })
 }
 
 /// The line before a message's text: who wrote it, and when in the configured zone.
@@ -169,7 +179,11 @@ async fn on_message(shared: &Shared, event: &ChatEvent) -> Handled {
         platform_key: Some(message.name.clone()),
         session_id: None,
         files: Vec::new(),
-        metadata: Metadata { extra, ..Metadata::default() },
+        metadata: Metadata {
+            extra,
+            thread: thread_for(event.space.as_ref(), &channel_id).map(Box::new),
+            ..Metadata::default()
+        },
     };
     store(shared, inbound, &channel_id, &message.name).await
 }
@@ -198,7 +212,11 @@ async fn on_answer(shared: &Shared, event: &ChatEvent, option: &str, prompt: &st
         platform_key: Some(format!("click-{pubsub_id}")),
         session_id: None,
         files: Vec::new(),
-        metadata: Metadata { extra, ..Metadata::default() },
+        metadata: Metadata {
+            extra,
+            thread: thread_for(event.space.as_ref(), &channel_id).map(Box::new),
+            ..Metadata::default()
+        },
     };
     let handled = store(shared, inbound, &channel_id, &card.name).await;
     if handled == Handled::Done && !card.name.is_empty() {
@@ -302,6 +320,16 @@ mod tests {
         assert_eq!(channel_for(Some(&dm), &reply).as_deref(), Some("spaces/D/threads/U"));
         assert_eq!(channel_for(Some(&room), &ChatMessage::default()).as_deref(), Some("spaces/R"));
         assert_eq!(channel_for(None, &ChatMessage::default()), None);
+    }
+
+    #[test]
+    fn a_thread_of_a_space_hangs_off_the_space() {
+        let room = ChatSpace { name: "spaces/R".into(), is_direct: false };
+        let thread = thread_for(Some(&room), "spaces/R/threads/T").expect("a thread");
+        assert_eq!((thread.parent_channel_id.as_str(), thread.root_message_id), ("spaces/R", None));
+        assert_eq!(thread_for(Some(&room), "spaces/R"), None, "the space itself is no thread");
+        assert_eq!(thread_for(Some(&room), "spaces/X/threads/T"), None, "another space's thread is not this one's");
+        assert_eq!(thread_for(None, "spaces/R/threads/T"), None);
     }
 
     #[test]

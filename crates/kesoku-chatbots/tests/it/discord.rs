@@ -218,6 +218,12 @@ async fn a_channel_message_starts_a_thread_and_is_ingested_with_its_header() {
     assert_eq!(next.session_id, message.session_id, "one thread, one session");
     assert_eq!(extra(&next, "discord_channel_id"), Some(id.to_string().as_str()));
     assert_eq!(extra(&next, "discord_parent_channel_id"), Some(rig.channel.to_string().as_str()));
+    // Both are inside the thread, which hangs off the channel and was started from the first.
+    for inside in [&message, &next] {
+        let thread = inside.metadata.thread.as_deref().expect("metadata.thread");
+        assert_eq!(thread.parent_channel_id, rig.channel.to_string());
+        assert_eq!(thread.root_message_id.as_ref(), Some(&message.id));
+    }
     assert_eq!(rig.fake.threads().len(), 1, "no thread is started inside a thread");
     rig.stop().await.expect("a clean stop");
 }
@@ -233,6 +239,7 @@ async fn auto_thread_can_be_turned_off_by_channel_name() {
     let message = rig.ingested(id).await;
     assert_eq!(message.channel_id, rig.channel.to_string());
     assert_eq!(extra(&message, "discord_parent_channel_id"), None);
+    assert!(message.metadata.thread.is_none());
     assert!(rig.fake.threads().is_empty());
 }
 

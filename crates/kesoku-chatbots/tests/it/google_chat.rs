@@ -170,10 +170,15 @@ async fn a_message_is_stored_with_its_thread_sender_and_metadata() {
     assert!(stored.content.ends_with("Asia/Tokyo`:\nWhat is 25 + 15?"), "the mention is stripped: {}", stored.content);
     assert_eq!(stored.metadata.extra["google_chat_message_name"], said.message.as_str());
     assert_eq!(stored.metadata.extra["google_chat_sender_email"], "alice@example.com");
+    // The thread hangs off its space (an agent sitting in the space reads it).
+    let thread = stored.metadata.thread.as_deref().expect("metadata.thread");
+    assert_eq!((thread.parent_channel_id.as_str(), thread.root_message_id.as_ref()), (rig.room.as_str(), None));
     rig.wait_acked(&said.pubsub_id).await;
     // A direct message belongs to the space, whatever thread Chat gave it.
     let direct = rig.fake.user_says(&rig.dm, None, &rig.alice, "hello in private");
-    assert_eq!(rig.wait_stored(&direct).await.channel_id, rig.dm);
+    let direct = rig.wait_stored(&direct).await;
+    assert_eq!(direct.channel_id, rig.dm);
+    assert!(direct.metadata.thread.is_none(), "the space itself is no thread");
     // Every call carried a token from the fake's token endpoint, fetched once.
     assert_eq!(rig.fake.tokens_issued(), 1);
     assert_eq!(rig.fake.unauthorized(), 0);

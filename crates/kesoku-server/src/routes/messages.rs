@@ -7,6 +7,7 @@ use http::StatusCode;
 use kesoku_chatbots::staging::Staging;
 use kesoku_chatbots::{Inbound, Ingested, ingest};
 use kesoku_core::activation::{ActivationKind, ActivationRequest};
+use kesoku_core::{MessageId, ThreadRef};
 
 use crate::attachments;
 use crate::error::AppError;
@@ -50,6 +51,12 @@ pub(crate) async fn post_message(
         let request =
             ActivationRequest { delegation_user: Some(user), ..ActivationRequest::new(ActivationKind::Message) };
         inbound.metadata.activation = Some(request);
+    }
+    if let Some(thread) = params.thread {
+        inbound.metadata.thread = Some(Box::new(ThreadRef {
+            parent_channel_id: thread.parent_channel_id,
+            root_message_id: thread.root_message_id.map(MessageId::from),
+        }));
     }
     let staging = Staging::new(&state.workspace);
     match ingest(&state.gateway, &staging, inbound).await? {

@@ -167,3 +167,55 @@ async fn bodies_over_the_limit_get_413_json() {
     let small = json!({"channel_id": "w", "sender": "a", "content": "ok"});
     assert_eq!(send(&app, post_json("/v1/messages", &small)).await.status, StatusCode::ACCEPTED);
 }
+
+#[tokio::test]
+async fn a_message_posted_in_a_thread_carries_where_the_thread_hangs() {
+    let server = TestServer::new().await;
+    let app = server.app();
+    let started = send(
+        &app,
+        post_json("/v1/messages", &json!({"channel_id": "web", "sender": "Chii", "content": "ship friday?"})),
+    )
+    .await;
+    let root_id = started.json["id"].as_str().expect("an id").to_owned();
+    let body = json!({
+        "channel_id": "web-thread-1",
+        "sender": "Ola",
+        "content": "yes, after the tests",
+        "thread": {"parent_channel_id": "web", "root_message_id": root_id},
+    });
+    let reply = send(&app, post_json("/v1/messages", &body)).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{reply:?}");
+    let id = MessageId::from(reply.json["id"].as_str().expect("an id"));
+    let stored = server.store.get_message(&id).await.expect("read").expect("stored");
+    assert_eq!(stored.channel_id, "web-thread-1", "the thread is the message's channel");
+    let thread = stored.metadata.thread.as_deref().expect("metadata.thread");
+    assert_eq!(thread.parent_channel_id, "web");
+    assert_eq!(thread.root_message_id.as_ref().map(|id| id.as_str()), Some(root_id.as_str()));
+    assert_ne!(reply.json["session_id"], started.json["session_id"], "a thread is a conversation of its own");
+
+    // The root is optional; the parent is not, and it is not the thread itself.
+    let no_root = json!({"channel_id": "t2", "sender": "a", "content": "x", "thread": {"parent_channel_id": "web"}});
+    let reply = send(&app, post_json("/v1/messages", &no_root)).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{reply:?}");
+    let id = MessageId::from(reply.json["id"].as_str().expect("an id"));
+    let stored = server.store.get_message(&id).await.expect("read").expect("stored");
+    assert_eq!(stored.metadata.thread.as_deref().and_then(|t| t.root_message_id.clone()), None);
+
+    let itself = json!({"channel_id": "t3", "sender": "a", "content": "x", "thread": {"parent_channel_id": "t3"}});
+    let reply = send(&app, post_json("/v1/messages", &itself)).await;
+    assert_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field");
+    assert!(reply.message().contains("thread.parent_channel_id"), "{}", reply.message());
+    let missing = json!({"channel_id": "t4", "sender": "a", "content": "x", "thread": {"root_message_id": "m"}});
+    let reply = send(&app, post_json("/v1/messages", &missing)).await;
+    assert_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, "invalid_body");
+    assert!(reply.message().contains("parent_channel_id"), "{}", reply.message());
+    let empty = json!({"channel_id": "t5", "sender": "a", "content": "x", "thread": {"parent_channel_id": ""}});
+    let reply = send(&app, post_json("/v1/messages", &empty)).await;
+    assert_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, "invalid_field");
+
+    // The document describes the parameter.
+    let document = serde_json::to_value(kesoku_server::openapi_document()).expect("json");
+    let thread = &document["components"]["schemas"]["ThreadParams"];
+    assert_eq!(thread["required"], json!(["parent_channel_id"]), "{thread}");
+}

@@ -34,6 +34,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::sql::{
     Arg, DELIVERY_COLUMNS, FOLLOWUP_COLUMNS, JOB_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS,
     SESSION_COLUMNS_S, followups_query, jobs_query, list_query, newest_per_channel_query, orphaned_calls_query,
+    recent_query,
 };
 use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
@@ -230,6 +231,10 @@ impl Store for PgStore {
 
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>> {
         Ok(self.messages(list_query(filter)).await?.into_iter().map(|stored| stored.message).collect())
+    }
+
+    async fn recent_messages(&self, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<Message>> {
+        Ok(self.messages(recent_query(filter, limit)).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn newest_per_channel(

@@ -35,6 +35,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::sql::{
     Arg, DELIVERY_COLUMNS, FOLLOWUP_COLUMNS, JOB_COLUMNS, MESSAGE_COLUMNS, OPEN_STATUSES, Query, SESSION_COLUMNS,
     SESSION_COLUMNS_S, followups_query, jobs_query, list_query, newest_per_channel_query, orphaned_calls_query,
+    recent_query,
 };
 use crate::{Claim, MessageEvent, SessionFilter, Store, StoreMemory};
 
@@ -197,6 +198,10 @@ impl Store for SqliteStore {
 
     async fn list_messages(&self, filter: &MessageFilter) -> StoreResult<Vec<Message>> {
         Ok(self.read_messages(list_query(filter)).await?.into_iter().map(|stored| stored.message).collect())
+    }
+
+    async fn recent_messages(&self, filter: &MessageFilter, limit: u32) -> StoreResult<Vec<Message>> {
+        Ok(self.read_messages(recent_query(filter, limit)).await?.into_iter().map(|stored| stored.message).collect())
     }
 
     async fn newest_per_channel(

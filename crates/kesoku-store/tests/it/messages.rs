@@ -16,6 +16,7 @@ backend_tests!(
     insert_messages_is_all_or_nothing,
     list_messages_filters_in_write_order,
     newest_per_channel_takes_the_last_of_each_channel_since_a_time,
+    recent_messages_are_the_newest_matches_oldest_first,
     update_status_follows_the_transition_table,
     update_metadata_replaces_and_bumps_the_revision,
     changes_since_returns_the_latest_state_in_revision_order,
@@ -344,4 +345,29 @@ async fn newest_per_channel_takes_the_last_of_each_channel_since_a_time(b: &Back
     let assistants = b.store.newest_per_channel("discord", Role::Assistant, hours(-1000)).await.expect("newest");
     assert_eq!(ids(assistants), ["a3"]);
     assert!(b.store.newest_per_channel("nobody", Role::User, hours(-1000)).await.expect("newest").is_empty());
+}
+
+async fn recent_messages_are_the_newest_matches_oldest_first(b: &Backend) {
+    // One channel over two sessions, with another channel's and a tool call in between.
+    let rows = [
+        ("m1", "s_old", "room", MessageType::Text),
+        ("m2", "s_old", "room", MessageType::Text),
+        ("x1", "s_other", "elsewhere", MessageType::Text),
+        ("m3", "s_new", "room", MessageType::Text),
+        ("c1", "s_new", "room", MessageType::ToolCall),
+        ("m4", "s_new", "room", MessageType::Text),
+    ];
+    for (id, session, channel, kind) in rows {
+        let mut row = message(id, session, None, Role::User, kind, Status::Responded);
+        row.channel_id = channel.to_owned();
+        b.store.insert_message(&row).await.expect("insert");
+    }
+    let ids = |list: Vec<kesoku_core::Message>| list.into_iter().map(|m| m.id.into_string()).collect::<Vec<_>>();
+    let texts = MessageFilter::default().with_channel("room").with_types(&[MessageType::Text]);
+    assert_eq!(ids(b.store.recent_messages(&texts, 3).await.expect("recent")), ["m2", "m3", "m4"]);
+    assert_eq!(ids(b.store.recent_messages(&texts, 10).await.expect("recent")), ["m1", "m2", "m3", "m4"]);
+    // The filter's own limit (the oldest ones) does not apply.
+    let limited = texts.clone().with_limit(1);
+    assert_eq!(ids(b.store.recent_messages(&limited, 2).await.expect("recent")), ["m3", "m4"]);
+    assert!(b.store.recent_messages(&texts, 0).await.expect("recent").is_empty());
 }

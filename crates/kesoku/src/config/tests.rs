@@ -42,6 +42,14 @@ fn cases() -> Vec<Case> {
         },
         Case { table: "[agent]", text: "[agent]\nmax_depth = 2\n", change: |config| config.agent.max_depth = 2 },
         Case {
+            table: "[agent]",
+            text: "[agent]\nchannel_context_messages = 0\nthread_context_messages = 3\n",
+            change: |config| {
+                config.agent.channel_context_messages = 0;
+                config.agent.thread_context_messages = 3;
+            },
+        },
+        Case {
             table: "[agent.compaction]",
             text: "[agent.compaction]\nkeep_recent_turns = 9\n",
             change: |config| config.agent.compaction.keep_recent_turns = 9,
