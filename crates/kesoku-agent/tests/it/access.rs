@@ -307,9 +307,10 @@ async fn a_message_the_agent_may_not_read_is_left_out_of_an_entry_and_counted() 
 }
 
 #[tokio::test]
-async fn a_thread_is_read_through_its_parent_and_the_default_agent_stays_out_of_agents_channels() {
+async fn a_thread_is_read_through_its_parent_and_plain_work_in_an_agents_channel_goes_to_its_agent() {
     let options = Options { personas: team(), ..Options::default() };
-    let h = Harness::start_with(vec![ScriptStep::text("from Ryan in the thread")], options).await;
+    let script = vec![ScriptStep::text("from Ryan in the thread"), ScriptStep::text("from Ana in the channel")];
+    let h = Harness::start_with(script, options).await;
     // Ryan sits in the channel, so it reads a thread hanging off it.
     let thread = h.gateway.resolve_session(BOT, "thread-5").await.expect("session");
     let mut inside = asking(&thread, "thread-5", "Ryan", "in the thread");
@@ -318,11 +319,11 @@ async fn a_thread_is_read_through_its_parent_and_the_default_agent_stays_out_of_
     assert_eq!(h.wait_terminal(&inside.id).await, Status::Processed);
     assert_eq!(h.model.requests().len(), 1);
 
-    // Work for the default agent in a channel where configured agents sit is not its to read.
+    // Work naming no agent in a channel where configured agents sit is routed to them at
+    // intake (the default agent never reads such a channel): a round, Ana first.
     let plain = h.post_user("nobody named").await;
-    assert_eq!(h.wait_terminal(&plain.id).await, Status::Error);
+    assert_eq!(h.wait_terminal(&plain.id).await, Status::Processed);
     let rows = h.finished_ledger_for(&plain.id).await;
-    let error = rows[0].error.as_deref().unwrap_or_default();
-    assert!(error.starts_with("access denied: the default agent does not read discord:1234567890123"), "{error}");
-    assert_eq!(h.model.requests().len(), 1, "no model call for the denied one");
+    assert_eq!(rows[0].agent.as_deref(), Some("Ana"));
+    assert_eq!(h.model.requests().len(), 2);
 }
