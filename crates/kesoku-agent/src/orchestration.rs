@@ -95,10 +95,12 @@ pub fn round_lines(agent: &str, round: &Orchestration) -> Vec<String> {
 /// the next agent gets the same work (a person's message: a `message` request made now).
 pub fn next_dispatch(root: &Message, activation: &Activation, next: Orchestration) -> Metadata {
     let mut metadata = root.metadata.clone();
-    let mut request = metadata.activation.take().unwrap_or_else(|| ActivationRequest {
-        depth: activation.depth,
-        delegation_user: activation.delegation_user.clone(),
-        ..ActivationRequest::new(activation.kind())
+    let mut request = metadata.activation.take().unwrap_or_else(|| {
+        Box::new(ActivationRequest {
+            depth: activation.depth,
+            delegation_user: activation.delegation_user.clone(),
+            ..ActivationRequest::new(activation.kind())
+        })
     });
     request.agent = next.current().map(str::to_owned);
     request.orchestration = Some(next);
@@ -132,13 +134,13 @@ pub fn mention_root(answer: &Message, root: &Message, activation: &Activation, f
     let mut message = Message::user_text(&root.session_id, &root.chatbot_id, &root.channel_id, from, &answer.content);
     message.id = mention_root_id(&answer.id, to);
     message.metadata.thread = root.metadata.thread.clone();
-    message.metadata.activation = Some(ActivationRequest {
+    message.metadata.activation = Some(Box::new(ActivationRequest {
         triggered_by: Some(format!("agent:{from}")),
         depth: activation.depth.saturating_add(1),
         delegation_user: activation.delegation_user.clone(),
         agent: Some(to.to_owned()),
         ..ActivationRequest::new(ActivationKind::Message)
-    });
+    }));
     message
 }
 
@@ -205,8 +207,10 @@ mod tests {
         assert_eq!((request.delegation_user.as_deref(), request.orchestration.as_ref()), (Some("chii"), Some(&next)));
         // A workflow stays a workflow with its task.
         let mut cron = Message::user_text(&session, "api", "room", "cron", "report");
-        cron.metadata.activation =
-            Some(ActivationRequest { task: Some("report".into()), ..ActivationRequest::new(ActivationKind::Workflow) });
+        cron.metadata.activation = Some(Box::new(ActivationRequest {
+            task: Some("report".into()),
+            ..ActivationRequest::new(ActivationKind::Workflow)
+        }));
         let request = next_dispatch(&cron, &activation_of(&cron, true), next).activation.expect("a request");
         assert_eq!(
             (request.kind, request.task.as_deref(), request.agent.as_deref()),

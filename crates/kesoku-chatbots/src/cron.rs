@@ -208,7 +208,7 @@ impl CronJob {
             is_cronjob: Some(true),
             cron_job: Some(self.config.name.clone()),
             model: self.config.model.clone(),
-            activation: Some(self.activation(scheduled)),
+            activation: Some(Box::new(self.activation(scheduled))),
             ..Metadata::default()
         };
         if catch_up {

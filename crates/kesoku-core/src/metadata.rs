@@ -105,7 +105,7 @@ pub struct Metadata {
     /// Set on the root message of work no person typed (a workflow, a direct trigger, a
     /// follow-up, a background job's wakeup alert): the activation it asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub activation: Option<crate::activation::ActivationRequest>,
+    pub activation: Option<Box<crate::activation::ActivationRequest>>,
     /// Set on every message a configured agent's turn stores (its thoughts, tool calls and
     /// results, its answer): the `[[agents]]` name. Absent for the default agent. Each agent of a
     /// shared channel sees its own steps; another agent's answers reach it as channel context.

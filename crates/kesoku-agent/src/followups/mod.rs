@@ -220,11 +220,11 @@ impl Followups {
         let mut message =
             Message::followup_reminder(&followup.session_id, &followup.chatbot_id, &followup.channel_id, content);
         message.id = followup.root_message_id();
-        message.metadata.activation = Some(ActivationRequest {
+        message.metadata.activation = Some(Box::new(ActivationRequest {
             followup_id: Some(followup.id.clone()),
             task: Some(followup.task.clone()),
             ..ActivationRequest::new(ActivationKind::FollowUp)
-        });
+        }));
         message
     }
 

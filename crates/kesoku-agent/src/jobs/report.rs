@@ -53,11 +53,11 @@ pub(crate) fn wakeup_alert(job: &Job, end: &JobEnd, tail: Tail, logs_shown_as: &
     ));
     let mut alert = Message::wakeup_alert(&job.session_id, &job.chatbot_id, &job.channel_id, content);
     alert.id = job.alert_message_id();
-    alert.metadata.activation = Some(ActivationRequest {
+    alert.metadata.activation = Some(Box::new(ActivationRequest {
         kind: ActivationKind::BackgroundJobResult,
         job_id: Some(job.id.clone()),
         ..ActivationRequest::new(ActivationKind::BackgroundJobResult)
-    });
+    }));
     alert
 }
 

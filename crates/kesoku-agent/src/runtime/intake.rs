@@ -243,7 +243,7 @@ impl Agent {
 /// Message written before triggers carried one.
 fn requested(message: &Message) -> Option<ActivationRequest> {
     match &message.metadata.activation {
-        Some(request) => Some(request.clone()),
+        Some(request) => Some(ActivationRequest::clone(request)),
         None if message.is_cron_trigger() => Some(ActivationRequest::new(ActivationKind::Workflow)),
         None => None,
     }

@@ -152,7 +152,7 @@ impl ResultKeeper {
         );
         let mut result = Message::wakeup_alert(&parent.session_id, &chatbot_id, &channel_id, content);
         result.id = result_id;
-        result.metadata.activation = Some(ActivationRequest {
+        result.metadata.activation = Some(Box::new(ActivationRequest {
             task: Some(summary),
             child_session_id: Some(root.session_id.clone()),
             depth: request.depth.saturating_sub(1),
@@ -161,7 +161,7 @@ impl ResultKeeper {
             // Back to the agent that delegated (a configured one answers its own results).
             agent: parent.agent.clone(),
             ..ActivationRequest::new(ActivationKind::SubAgentResult)
-        });
+        }));
         match self.gateway.post(&result).await {
             Ok(_) => {
                 tracing::info!(child_session = %root.session_id, parent_session = %parent.session_id, "sub-agent result posted");

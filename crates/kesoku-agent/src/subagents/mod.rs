@@ -249,7 +249,7 @@ impl Subagents {
         let mut root = Message::direct_trigger(&session_id, AGENT_CHATBOT, ctx.session_id.as_str(), task);
         root.id = root_id.clone();
         root.sender = ctx.agent.clone().unwrap_or_else(|| self.inner.agent_name.clone());
-        root.metadata.activation = Some(ActivationRequest {
+        root.metadata.activation = Some(Box::new(ActivationRequest {
             task: Some(task.to_owned()),
             trigger: Some(TriggerContext {
                 name: "delegate".to_owned(),
@@ -268,7 +268,7 @@ impl Subagents {
             delegation_user,
             agent,
             ..ActivationRequest::new(ActivationKind::DirectTrigger)
-        });
+        }));
         match self.inner.gateway.post(&root).await {
             Ok(_) => {
                 tracing::info!(parent_session = %ctx.session_id, child_session = %session_id, depth, "sub-agent started");

@@ -31,7 +31,7 @@ fn asking(session: &Session, channel: &str, agent: &str, content: &str) -> Messa
     let mut message = Message::user_text(&session.id, BOT, channel, "Chii", content);
     let mut request = ActivationRequest::new(ActivationKind::Message);
     request.agent = Some(agent.to_owned());
-    message.metadata.activation = Some(request);
+    message.metadata.activation = Some(Box::new(request));
     message
 }
 

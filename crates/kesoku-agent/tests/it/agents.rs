@@ -239,11 +239,11 @@ async fn a_round_goes_on_after_a_crash_between_the_next_dispatch_and_the_status_
     claimed.status = Status::Processing;
     let round = Orchestration::start(vec!["Ana".into(), "Ben".into(), "Cai".into()]).expect("a round");
     let kesoku_core::activation::AfterPass::Dispatch(next) = round.after_pass() else { panic!("Ben is next") };
-    claimed.metadata.activation = Some(ActivationRequest {
+    claimed.metadata.activation = Some(Box::new(ActivationRequest {
         agent: Some("Ben".into()),
         orchestration: Some(next),
         ..ActivationRequest::new(ActivationKind::Message)
-    });
+    }));
     let origin = TurnOrigin::of(&user, "Ana");
     let mut call = origin.tool_call(1, "call_1", PASS, json!({}));
     call.metadata.agent = Some("Ana".into());

@@ -164,7 +164,7 @@ fn assert_reminder(reminder: &Message, followup: &FollowUp, at: DateTime<Utc>, c
         task: Some(followup.task.clone()),
         ..ActivationRequest::new(ActivationKind::FollowUp)
     };
-    assert_eq!(reminder.metadata.activation.as_ref(), Some(&request));
+    assert_eq!(reminder.metadata.activation.as_deref(), Some(&request));
 }
 
 async fn stop(scheduler: (CancellationToken, JoinHandle<()>)) {
@@ -436,10 +436,10 @@ async fn a_followup_scheduled_in_work_for_a_person_fires_for_the_same_person() {
     let (mut f, process) = Fixture::new("2026-12-05T10:00:00Z").await;
     // The scheduling turn ran for alice (its root asked for that).
     let mut root = Message::user_text(&f.session.id, BOT, CHANNEL, "Ada", "Check my pull requests tomorrow.");
-    root.metadata.activation = Some(ActivationRequest {
+    root.metadata.activation = Some(Box::new(ActivationRequest {
         delegation_user: Some("alice".into()),
         ..ActivationRequest::new(ActivationKind::Message)
-    });
+    }));
     process.gateway.store().insert_message(&root).await.expect("store the delegated root");
     f.root = root;
     let (followup, _) = f.schedule(&process, "10m", "Check alice's pull requests.").await;

@@ -207,7 +207,7 @@ async fn a_background_job_runs_to_its_end_and_its_alert_is_posted_once() {
     );
     assert_eq!((alert.chatbot_id.as_str(), alert.channel_id.as_str()), (BOT, CHANNEL));
     assert_eq!((alert.session_id.clone(), alert.parent_id.clone()), (f.session.id.clone(), None));
-    assert_eq!(alert.metadata.activation, Some(expected_activation(&job)));
+    assert_eq!(alert.metadata.activation.as_deref(), Some(&expected_activation(&job)));
     let headline = format!("[System Alert] Background Job {} finished with exit code 3 after ", job.id);
     assert!(alert.content.starts_with(&headline), "{}", alert.content);
     assert!(alert.content.contains("s: `echo out; echo err >&2; exit 3`\n"), "{}", alert.content);
@@ -343,7 +343,7 @@ async fn a_job_killed_while_nobody_watched_is_reported_lost_with_its_last_output
         Some("the process was gone when the service restarted, and it left no exit status")
     );
     let alert = f.alert(&job).await;
-    assert_eq!(alert.metadata.activation, Some(expected_activation(&job)));
+    assert_eq!(alert.metadata.activation.as_deref(), Some(&expected_activation(&job)));
     assert_eq!(alert.status, Status::PendingAgent);
     let headline = format!("[System Alert] Background Job {} was lost after running at least ", job.id);
     assert!(alert.content.starts_with(&headline), "{}", alert.content);
@@ -518,13 +518,13 @@ async fn more_background_jobs_than_the_cap_are_refused_until_one_ends() {
 async fn a_job_started_in_work_for_a_person_wakes_a_turn_for_the_same_person() {
     let mut f = Fixture::new().await;
     let mut root = Message::user_text(&f.session.id, BOT, CHANNEL, "Chii", "build my project in the background");
-    root.metadata.activation = Some(ActivationRequest {
+    root.metadata.activation = Some(Box::new(ActivationRequest {
         delegation_user: Some("alice".into()),
         ..ActivationRequest::new(ActivationKind::Message)
-    });
+    }));
     f.root = f.gateway.post(&root).await.expect("post the delegated root").message;
     let job = f.start("exit 0").await;
     let alert = f.alert(&job).await;
     let expected = ActivationRequest { delegation_user: Some("alice".into()), ..expected_activation(&job) };
-    assert_eq!(alert.metadata.activation, Some(expected), "the job-result turn runs for alice too");
+    assert_eq!(alert.metadata.activation.as_deref(), Some(&expected), "the job-result turn runs for alice too");
 }

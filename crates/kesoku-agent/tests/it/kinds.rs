@@ -42,28 +42,28 @@ async fn each_producer_gets_its_kind_lane_and_trigger_in_the_ledger() {
     let mut workflow =
         Message::cronjob_trigger(&h.session.id, BOT, CHANNEL, "`Cronjob` at …:\nSummarize the night's alerts.");
     workflow.metadata.cron_job = Some("nightly".to_owned());
-    workflow.metadata.activation = Some(ActivationRequest {
+    workflow.metadata.activation = Some(Box::new(ActivationRequest {
         task: Some("Summarize the night's alerts.".to_owned()),
         trigger: Some(trigger("nightly", "cron")),
         triggered_by: Some("cron:nightly".to_owned()),
         ..ActivationRequest::new(ActivationKind::Workflow)
-    });
+    }));
     let mut direct = Message::direct_trigger(&h.session.id, BOT, CHANNEL, "Deploy 42 finished; tell the team.");
-    direct.metadata.activation = Some(ActivationRequest {
+    direct.metadata.activation = Some(Box::new(ActivationRequest {
         trigger: Some(TriggerContext { schedule: None, ..trigger("deploys", "api") }),
         ..ActivationRequest::new(ActivationKind::DirectTrigger)
-    });
+    }));
     let mut followup = Message::followup_reminder(&h.session.id, BOT, CHANNEL, "[Follow-up] check the build");
-    followup.metadata.activation = Some(ActivationRequest {
+    followup.metadata.activation = Some(Box::new(ActivationRequest {
         followup_id: Some(FollowUpId::from("fu_1")),
         task: Some("check the build".to_owned()),
         ..ActivationRequest::new(ActivationKind::FollowUp)
-    });
+    }));
     let mut alert = Message::wakeup_alert(&h.session.id, BOT, CHANNEL, "[System Alert] Background Job job_1 finished");
-    alert.metadata.activation = Some(ActivationRequest {
+    alert.metadata.activation = Some(Box::new(ActivationRequest {
         job_id: Some(JobId::from("job_1")),
         ..ActivationRequest::new(ActivationKind::BackgroundJobResult)
-    });
+    }));
 
     let roots = [workflow, direct, followup, alert];
     for root in &roots {
@@ -116,7 +116,7 @@ async fn a_trigger_never_interrupts_a_person() {
     let person = h.post_user("a question").await;
     h.wait_status(&person.id, &[Status::Processing]).await;
     let mut direct = Message::direct_trigger(&h.session.id, BOT, CHANNEL, "automation task");
-    direct.metadata.activation = Some(ActivationRequest::new(ActivationKind::DirectTrigger));
+    direct.metadata.activation = Some(Box::new(ActivationRequest::new(ActivationKind::DirectTrigger)));
     h.gateway.post(&direct).await.expect("post");
     assert_eq!(h.wait_terminal(&person.id).await, Status::Processed);
     assert_eq!(h.wait_terminal(&direct.id).await, Status::Processed);
@@ -128,7 +128,7 @@ async fn an_activation_answers_with_the_model_it_names() {
     let options = Options { extra_models: vec![Arc::new(cheap.clone())], ..Options::default() };
     let h = Harness::start_with(vec![ScriptStep::text("from the default")], options).await;
     let mut direct = Message::direct_trigger(&h.session.id, BOT, CHANNEL, "use the cheap one");
-    direct.metadata.activation = Some(ActivationRequest::new(ActivationKind::DirectTrigger));
+    direct.metadata.activation = Some(Box::new(ActivationRequest::new(ActivationKind::DirectTrigger)));
     direct.metadata.model = Some("cheap".to_owned());
     h.gateway.post(&direct).await.expect("post");
     assert_eq!(h.wait_terminal(&direct.id).await, Status::Processed);
@@ -143,10 +143,10 @@ fn schema() -> serde_json::Value {
 
 fn structured_root(h: &Harness) -> Message {
     let mut direct = Message::direct_trigger(&h.session.id, BOT, CHANNEL, "report the status as JSON");
-    direct.metadata.activation = Some(ActivationRequest {
+    direct.metadata.activation = Some(Box::new(ActivationRequest {
         output_schema: Some(schema()),
         ..ActivationRequest::new(ActivationKind::DirectTrigger)
-    });
+    }));
     direct
 }
 

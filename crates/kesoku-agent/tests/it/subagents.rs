@@ -518,10 +518,10 @@ async fn a_root_deeper_than_max_depth_is_closed_and_refused() {
     let (h, router) = start(|_| ScriptStep::text("should not run"), 1).await;
     // A root posted by other means than `delegate`, two levels deep.
     let mut message = Message::direct_trigger(&h.session.id, BOT, CHANNEL, "too deep");
-    message.metadata.activation = Some(kesoku_core::ActivationRequest {
+    message.metadata.activation = Some(Box::new(kesoku_core::ActivationRequest {
         depth: 2,
         ..kesoku_core::ActivationRequest::new(ActivationKind::DirectTrigger)
-    });
+    }));
     let message = h.gateway.post(&message).await.expect("post").message;
     assert_eq!(h.wait_terminal(&message.id).await, Status::Error);
     let rows = h.finished_ledger_for(&message.id).await;

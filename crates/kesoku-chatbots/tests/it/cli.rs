@@ -171,11 +171,11 @@ async fn a_pass_to_the_next_agent_of_the_channel_is_waited_through_but_a_requeue
             let mut metadata = turn[0].metadata.clone();
             let round =
                 kesoku_core::Orchestration { agents: vec!["Ana".into(), "Ben".into()], index: 1, no_reply_streak: 1 };
-            metadata.activation = Some(kesoku_core::ActivationRequest {
+            metadata.activation = Some(Box::new(kesoku_core::ActivationRequest {
                 agent: Some("Ben".into()),
                 orchestration: Some(round),
                 ..kesoku_core::ActivationRequest::new(kesoku_core::ActivationKind::Message)
-            });
+            }));
             gateway.update_metadata(root, &metadata).await.expect("next agent");
             gateway.update_status(root, Status::PendingAgent).await.expect("handed on");
             gateway.update_status(root, Status::Processing).await.expect("Ben claims");

@@ -214,7 +214,7 @@ fn assert_runs_at(messages: &[Message], expected: &[(DateTime<Utc>, &str)]) {
             triggered_by: Some("cron:morning".into()),
             ..ActivationRequest::new(ActivationKind::Workflow)
         };
-        assert_eq!(message.metadata.activation.as_ref(), Some(&request));
+        assert_eq!(message.metadata.activation.as_deref(), Some(&request));
     }
 }
 

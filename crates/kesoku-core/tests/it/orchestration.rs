@@ -42,7 +42,7 @@ fn the_state_survives_the_root_metadata_round_trip() {
     let mut request = kesoku_core::ActivationRequest::new(kesoku_core::ActivationKind::Message);
     request.agent = next.current().map(str::to_owned);
     request.orchestration = Some(next.clone());
-    let metadata = kesoku_core::Metadata { activation: Some(request), ..Default::default() };
+    let metadata = kesoku_core::Metadata { activation: Some(Box::new(request)), ..Default::default() };
     let back = kesoku_core::Metadata::from_value(metadata.to_value()).expect("reads back");
     let request = back.activation.expect("activation kept");
     assert_eq!(request.orchestration, Some(next));

@@ -95,7 +95,7 @@ pub(crate) async fn post_activation(
     let mut inbound = Inbound::text(&params.chatbot_id, &params.channel_id, SENDER_TRIGGER, params.task);
     // Its own key space, so a request id never collides with a message id of the same chatbot.
     inbound.platform_key = params.client_request_id.map(|id| format!("activation-{id}"));
-    inbound.metadata = Metadata { activation: Some(request), model: params.model, ..Metadata::default() };
+    inbound.metadata = Metadata { activation: Some(Box::new(request)), model: params.model, ..Metadata::default() };
     let staging = Staging::new(&state.workspace);
     let (code, message) = match ingest(&state.gateway, &staging, inbound).await? {
         Ingested::Posted(message) => {

@@ -50,7 +50,7 @@ pub(crate) async fn post_message(
     if let Some(user) = params.delegation_user {
         let request =
             ActivationRequest { delegation_user: Some(user), ..ActivationRequest::new(ActivationKind::Message) };
-        inbound.metadata.activation = Some(request);
+        inbound.metadata.activation = Some(Box::new(request));
     }
     if let Some(thread) = params.thread {
         inbound.metadata.thread = Some(Box::new(ThreadRef {

@@ -73,7 +73,7 @@ async fn a_direct_trigger_is_stored_as_a_direct_trigger_message_asking_for_its_a
     let fired_at = request.trigger.as_ref().expect("a trigger context").fired_at;
     assert!(before <= fired_at && fired_at <= after, "fired at {fired_at}, posted between {before} and {after}");
     let expected_metadata = Metadata {
-        activation: Some(ActivationRequest {
+        activation: Some(Box::new(ActivationRequest {
             trigger: Some(TriggerContext {
                 name: "nightly-report".to_owned(),
                 source: "api".to_owned(),
@@ -84,7 +84,7 @@ async fn a_direct_trigger_is_stored_as_a_direct_trigger_message_asking_for_its_a
             timezone: Some("Asia/Tokyo".to_owned()),
             triggered_by: Some("api".to_owned()),
             ..ActivationRequest::new(ActivationKind::DirectTrigger)
-        }),
+        })),
         model: Some("fast".to_owned()),
         ..Metadata::default()
     };
@@ -106,7 +106,7 @@ async fn a_bare_trigger_gets_the_default_name_and_no_options() {
     let trigger = request.trigger.clone().expect("a trigger context");
     assert_eq!((trigger.name.as_str(), trigger.source.as_str(), trigger.schedule.as_deref()), ("direct", "api", None));
     assert_eq!(
-        request,
+        *request,
         ActivationRequest {
             trigger: Some(trigger),
             triggered_by: Some("api".to_owned()),
@@ -228,7 +228,7 @@ async fn a_delegation_user_is_carried_in_the_roots_activation_request_of_a_trigg
     let stored_message = server.store.get_message(&id).await.expect("read").expect("stored");
     let request = stored_message.metadata.activation.expect("a plain message asks for a message activation");
     assert_eq!(
-        request,
+        *request,
         ActivationRequest {
             delegation_user: Some("discord:1234".into()),
             ..ActivationRequest::new(ActivationKind::Message)
