@@ -236,15 +236,29 @@ impl Broker for RedisBroker {
         let inner = &self.inner;
         let payload = serde_json::to_string(&Envelope { origin: inner.origin.clone(), event: event.clone() })
             .map_err(|error| BrokerError::Corrupt(format!("an event could not be encoded: {error}")))?;
+        let is_control = matches!(event, BrokerEvent::Control(_));
         inner.local.publish(event).await?;
+        // A brief outage is retried (the connection reconnects by itself).
         let mut conn = inner.conn.clone();
-        redis::cmd("PUBLISH")
-            .arg(&inner.channel)
-            .arg(payload)
-            .query_async::<i64>(&mut conn)
-            .await
-            .map_err(|error| unavailable(&inner.url, &error))?;
-        Ok(())
+        let mut attempt = 0;
+        loop {
+            let sent = redis::cmd("PUBLISH").arg(&inner.channel).arg(&payload).query_async::<i64>(&mut conn).await;
+            match sent {
+                Ok(_) => return Ok(()),
+                Err(_) if attempt < 3 => {
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                }
+                // A message notice is only a wake-up: the message is stored, so the write
+                // that caused it stands, and other processes catch up from the store.
+                Err(error) if !is_control => {
+                    tracing::warn!(error = %unavailable(&inner.url, &error), "broker: a message notice did not reach other processes");
+                    return Ok(());
+                }
+                // A stop signal exists nowhere else: the caller must know it did not leave.
+                Err(error) => return Err(unavailable(&inner.url, &error)),
+            }
+        }
     }
 
     async fn subscribe(&self, interest: Interest) -> Result<Box<dyn Subscription>, BrokerError> {
@@ -579,8 +593,11 @@ impl QueueInner {
                 continue;
             }
             let mut local = self.lock();
-            for entry in &lost {
-                local.owned.remove(&(lane, entry.clone()));
+            // Only those still held here: an entry acknowledged meanwhile is not lost.
+            let lost: Vec<String> =
+                lost.into_iter().filter(|entry| local.owned.remove(&(lane, entry.clone()))).collect();
+            if lost.is_empty() {
+                continue;
             }
             let waiting = &mut local.state.lanes[lane];
             let before = waiting.len();
