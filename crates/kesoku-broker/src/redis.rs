@@ -9,6 +9,7 @@
 //! The queue's rules:
 //! - An entry read by a process is pending for it until its lease is acknowledged, which
 //!   happens only after the activation's outcome is in the ledger (`XACK` then `XDEL`).
+//! - Consumers silent for ten times `reclaim_after` and holding nothing are deleted.
 //! - A process keeps its pending entries alive (`XCLAIM` to itself, every quarter of
 //!   `reclaim_after`); the entries of a process that stopped doing so (killed) are taken over by
 //!   another with `XAUTOCLAIM` once idle for `reclaim_after`. A lease dropped without `ack`
@@ -535,6 +536,21 @@ impl QueueInner {
                 }
             }
         }
+        // Consumers of processes gone long ago, holding nothing, are forgotten.
+        let gone_after = (self.reclaim_after * 10).as_millis() as u64;
+        for stream in &self.streams {
+            let forgotten: usize = FORGET_CONSUMERS
+                .key(stream)
+                .arg(GROUP)
+                .arg(&self.consumer)
+                .arg(gone_after)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(|error| self.fail(&error))?;
+            if forgotten > 0 {
+                tracing::info!(stream, forgotten, "queue: forgot the consumers of processes gone for good");
+            }
+        }
         Ok(claimed)
     }
 
@@ -631,6 +647,26 @@ for i = 3, #ARGV do
   end
 end
 return lost
+",
+    )
+});
+
+/// Delete the group's consumers (other than this one) that hold no entry and have been silent
+/// for at least ARGV[3] ms: atomically, so a consumer that reads meanwhile is never deleted
+/// with entries (which would orphan them).
+static FORGET_CONSUMERS: std::sync::LazyLock<redis::Script> = std::sync::LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local forgotten = 0
+for _, consumer in ipairs(redis.call('XINFO', 'CONSUMERS', KEYS[1], ARGV[1])) do
+  local fields = {}
+  for i = 1, #consumer, 2 do fields[consumer[i]] = consumer[i + 1] end
+  if fields['name'] ~= ARGV[2] and fields['pending'] == 0 and fields['idle'] >= tonumber(ARGV[3]) then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], fields['name'])
+    forgotten = forgotten + 1
+  end
+end
+return forgotten
 ",
     )
 });

@@ -154,6 +154,44 @@ async fn events_reach_every_process_once() {
     assert_eq!(tokio::time::timeout(PATIENCE, unrelated.recv()).await.expect("in time"), Received::Event(stop(4)));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consumer_of_a_process_gone_for_good_is_forgotten() {
+    let Some(url) = redis_url() else { return };
+    let options = RedisOptions { reclaim_after: Duration::from_millis(100), ..fresh_options(&url) };
+    let stream = format!("{}:lane:interactive", options.prefix);
+    let consumers = || async {
+        let client = redis::Client::open(url.as_str()).expect("url");
+        let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+        let info: redis::streams::StreamInfoConsumersReply = redis::cmd("XINFO")
+            .arg("CONSUMERS")
+            .arg(&stream)
+            .arg("workers")
+            .query_async(&mut conn)
+            .await
+            .expect("xinfo");
+        info.consumers.len()
+    };
+    let gone = queue(&options).await;
+    gone.push(activation("a1", "s1", Lane::Interactive)).await.expect("push");
+    gone.try_pop().await.expect("try_pop").expect("a1").ack().await.expect("ack");
+    drop(gone);
+    let alive = queue(&options).await;
+    alive.push(activation("a2", "s2", Lane::Interactive)).await.expect("push");
+    alive.try_pop().await.expect("try_pop").expect("a2").ack().await.expect("ack");
+    assert_eq!(consumers().await, 2, "the gone process's consumer and this one's");
+    // Ten reclaim periods of silence, and the next look around forgets it.
+    let mut left = consumers().await;
+    for _ in 0..300 {
+        tokio::time::sleep(options.reclaim_after).await;
+        assert!(alive.try_pop().await.expect("try_pop").is_none());
+        left = consumers().await;
+        if left == 1 {
+            break;
+        }
+    }
+    assert_eq!(left, 1, "only the live process's consumer is left");
+}
+
 #[tokio::test]
 async fn an_unreachable_redis_says_what_to_set() {
     let options = RedisOptions::new("redis://user:secret@127.0.0.1:1");
