@@ -341,21 +341,7 @@ impl RedisQueue {
         let poll = poll_period(options.reclaim_after);
         let blocking = manager(&client, &url, poll + Duration::from_secs(5)).await?;
         let streams = LANES.map(|lane| format!("{}:lane:{lane}", options.prefix));
-        for stream in &streams {
-            let created = redis::cmd("XGROUP")
-                .arg("CREATE")
-                .arg(stream)
-                .arg(GROUP)
-                .arg("0")
-                .arg("MKSTREAM")
-                .query_async::<()>(&mut conn)
-                .await;
-            match created {
-                Ok(()) => {}
-                Err(error) if error.code() == Some("BUSYGROUP") => {}
-                Err(error) => return Err(unavailable(&url, &error)),
-            }
-        }
+        create_groups(&mut conn, &streams).await.map_err(|error| unavailable(&url, &error))?;
         let queue = RedisQueue {
             inner: Arc::new(QueueInner {
                 url,
@@ -388,6 +374,27 @@ impl RedisQueue {
     pub fn caps(&self) -> LaneCaps {
         self.inner.caps
     }
+}
+
+/// Create the lane streams and their group where missing (at start, and after Redis lost
+/// them: a restart without persistence).
+async fn create_groups(conn: &mut ConnectionManager, streams: &[String; 3]) -> Result<(), redis::RedisError> {
+    for stream in streams {
+        let created = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(stream)
+            .arg(GROUP)
+            .arg("0")
+            .arg("MKSTREAM")
+            .query_async::<()>(conn)
+            .await;
+        match created {
+            Ok(()) => {}
+            Err(error) if error.code() == Some("BUSYGROUP") => {}
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 impl QueueInner {
@@ -463,14 +470,17 @@ impl QueueInner {
         if let Some(block) = block {
             options = options.block(block.as_millis().max(1) as usize);
         }
-        let reply: Option<StreamReadReply> = redis::cmd("XREADGROUP")
-            .arg(&options)
-            .arg("STREAMS")
-            .arg(&keys)
-            .arg(&ids)
-            .query_async(conn)
-            .await
-            .map_err(|error| self.fail(&error))?;
+        let mut command = redis::cmd("XREADGROUP");
+        command.arg(&options).arg("STREAMS").arg(&keys).arg(&ids);
+        let reply: Option<StreamReadReply> = match command.query_async(conn).await {
+            Ok(reply) => reply,
+            Err(error) if error.code() == Some("NOGROUP") => {
+                tracing::warn!("queue: the lane streams are gone from Redis (restarted empty?); creating them again");
+                create_groups(conn, &self.streams).await.map_err(|error| self.fail(&error))?;
+                return Ok(0);
+            }
+            Err(error) => return Err(self.fail(&error)),
+        };
         let mut read = 0;
         for key in reply.map(|reply| reply.keys).unwrap_or_default() {
             let Some(lane) = self.streams.iter().position(|stream| *stream == key.key) else { continue };
@@ -772,16 +782,25 @@ impl Queue for RedisQueue {
         let json = serde_json::to_string(&activation)
             .map_err(|error| BrokerError::Corrupt(format!("an activation could not be encoded: {error}")))?;
         let mut conn = inner.conn.clone();
-        redis::cmd("XADD")
-            .arg(&inner.streams[lane_index(activation.lane)])
+        let mut add = redis::cmd("XADD");
+        add.arg(&inner.streams[lane_index(activation.lane)])
             .arg("*")
             .arg("session")
             .arg(activation.session_id.as_str())
             .arg("activation")
-            .arg(json)
-            .query_async::<String>(&mut conn)
-            .await
-            .map_err(|error| inner.fail(&error))?;
+            .arg(json);
+        // A brief outage is retried (the connection reconnects by itself).
+        let mut attempt = 0;
+        loop {
+            match add.query_async::<String>(&mut conn).await {
+                Ok(_) => break,
+                Err(_) if attempt < 3 => {
+                    tokio::time::sleep(backoff(attempt)).await;
+                    attempt += 1;
+                }
+                Err(error) => return Err(inner.fail(&error)),
+            }
+        }
         inner.ready.notify_one();
         Ok(())
     }

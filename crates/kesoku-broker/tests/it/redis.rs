@@ -192,6 +192,27 @@ async fn the_consumer_of_a_process_gone_for_good_is_forgotten() {
     assert_eq!(left, 1, "only the live process's consumer is left");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_lost_its_data_gets_its_lane_streams_back() {
+    let Some(url) = redis_url() else { return };
+    let options = fresh_options(&url);
+    let queue = queue(&options).await;
+    // Redis restarted without persistence: the streams and their group are gone.
+    let client = redis::Client::open(url.as_str()).expect("url");
+    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
+    for lane in ["interactive", "responsive", "background"] {
+        redis::cmd("DEL")
+            .arg(format!("{}:lane:{lane}", options.prefix))
+            .query_async::<()>(&mut conn)
+            .await
+            .expect("del");
+    }
+    queue.push(activation("a1", "s1", Lane::Interactive)).await.expect("push");
+    let lease = tokio::time::timeout(PATIENCE, queue.pop()).await.expect("a1 in time").expect("pop");
+    assert_eq!(lease.activation.id.as_str(), "a1");
+    lease.ack().await.expect("ack");
+}
+
 #[tokio::test]
 async fn an_unreachable_redis_says_what_to_set() {
     let options = RedisOptions::new("redis://user:secret@127.0.0.1:1");
