@@ -2,20 +2,26 @@
 //!
 //! The broker only wakes people up: every message it carries is already durable in the store,
 //! so a subscriber that lags or restarts catches up from the store, never from the broker.
-//! [`Broker`] and [`Queue`] are small traits with in-process backends here; a Redis backend
-//! plugs in behind the same traits when Kesoku scales out across processes.
+//! [`Broker`] and [`Queue`] are small async traits with two backends each: in-process
+//! ([`MemoryBroker`], [`MemoryQueue`], the embedded default) and Redis ([`RedisBroker`],
+//! [`RedisQueue`], for many processes). Every backend passes the same conformance suites
+//! (`broker_tests!`, `queue_tests!`, feature `conformance`).
 //!
 //! This crate knows no SQL and no platform; it moves events and activations, nothing else.
 
-mod memory;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub(crate) mod memory;
 pub mod queue;
+mod redis;
 
 use async_trait::async_trait;
 use kesoku_core::{Message, MessageFilter, SessionId};
 use serde::{Deserialize, Serialize};
 
 pub use memory::MemoryBroker;
-pub use queue::{LaneCaps, MemoryQueue, Queue, QueueDepths};
+pub use queue::{Acknowledge, LaneCaps, MemoryQueue, Queue, QueueDepths, QueueLease};
+pub use redis::{RedisBroker, RedisOptions, RedisQueue};
 
 /// A message was written: its state as of revision `rev`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -64,7 +70,8 @@ pub enum BrokerEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Received {
     Event(BrokerEvent),
-    /// This subscriber fell behind and `missed` events are gone: catch up from the store.
+    /// This subscriber fell behind and `missed` events are gone (0: an unknown number, when a
+    /// remote broker's connection dropped): catch up from the store.
     Lagged {
         missed: u64,
     },
@@ -76,6 +83,9 @@ pub enum Received {
 pub enum BrokerError {
     #[error("broker unavailable: {0}")]
     Unavailable(String),
+    /// Something the broker holds could not be read (a corrupt queue entry).
+    #[error("broker data unreadable: {0}")]
+    Corrupt(String),
 }
 
 /// Which events a subscription is for. A broker delivers at least these (the in-process one

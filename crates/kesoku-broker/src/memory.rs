@@ -30,10 +30,18 @@ struct Inner {
     subscribers: Mutex<Vec<Subscriber>>,
 }
 
+/// What a subscriber's channel carries: an event, or word that events were lost upstream.
+#[derive(Debug)]
+enum Delivery {
+    Event(BrokerEvent),
+    /// Events may have been missed, how many is unknown (a remote broker's connection dropped).
+    Gap,
+}
+
 #[derive(Debug)]
 struct Subscriber {
     interest: Interest,
-    sender: mpsc::Sender<BrokerEvent>,
+    sender: mpsc::Sender<Delivery>,
     /// Events dropped because the subscriber's buffer was full, not yet reported to it.
     missed: Arc<AtomicU64>,
 }
@@ -41,6 +49,20 @@ struct Subscriber {
 impl MemoryBroker {
     pub fn new(capacity: usize) -> Self {
         MemoryBroker { inner: Arc::new(Inner { capacity: capacity.max(1), subscribers: Mutex::default() }) }
+    }
+}
+
+impl MemoryBroker {
+    /// Tell every subscriber that events may have been lost (a remote broker lost its
+    /// connection): each receives [`Received::Lagged`] and catches up from the store.
+    pub(crate) fn report_gap(&self) {
+        let subscribers = self.inner.subscribers.lock().unwrap_or_else(PoisonError::into_inner);
+        for subscriber in subscribers.iter() {
+            if subscriber.sender.try_send(Delivery::Gap).is_err() {
+                // A full buffer: the lag is reported from the count instead.
+                subscriber.missed.fetch_add(1, Ordering::AcqRel);
+            }
+        }
     }
 }
 
@@ -60,7 +82,7 @@ impl Broker for MemoryBroker {
             if !subscriber.interest.wants(&event) {
                 return !subscriber.sender.is_closed();
             }
-            match subscriber.sender.try_send(event.clone()) {
+            match subscriber.sender.try_send(Delivery::Event(event.clone())) {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     subscriber.missed.fetch_add(1, Ordering::AcqRel);
@@ -84,7 +106,7 @@ impl Broker for MemoryBroker {
 }
 
 struct MemorySubscription {
-    receiver: mpsc::Receiver<BrokerEvent>,
+    receiver: mpsc::Receiver<Delivery>,
     missed: Arc<AtomicU64>,
     broker: std::sync::Weak<Inner>,
 }
@@ -99,7 +121,8 @@ impl Subscription for MemorySubscription {
             return Received::Lagged { missed };
         }
         match self.receiver.recv().await {
-            Some(event) => Received::Event(event),
+            Some(Delivery::Event(event)) => Received::Event(event),
+            Some(Delivery::Gap) => Received::Lagged { missed: 0 },
             None => Received::Closed,
         }
     }

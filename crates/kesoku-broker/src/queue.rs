@@ -87,10 +87,25 @@ impl LaneCaps {
 }
 
 /// A handed-out activation. What it holds (its session's turns, or its session's maintenance)
-/// stays reserved until the lease is released or dropped.
+/// stays reserved until the lease is acknowledged or dropped.
+///
+/// [`QueueLease::ack`] says the activation is finished for good: call it only after its
+/// outcome is in the ledger. A lease dropped without `ack` (a panic, a shutdown) frees what it
+/// held in this process; a backend that can redeliver (Redis) hands the activation out again
+/// later, one that cannot (memory) forgets it.
 pub struct QueueLease {
     pub activation: Activation,
-    release: Option<Box<dyn FnOnce() + Send>>,
+    acknowledge: Option<Box<dyn Acknowledge>>,
+}
+
+/// How a backend finishes a lease: [`Acknowledge::ack`] when the activation's outcome is
+/// recorded, [`Acknowledge::abandon`] (synchronous, from `Drop`) when the lease went away
+/// without it. Both free what the activation held in this process. This is also where a
+/// backend that leases sessions across processes gives its session lease back.
+#[async_trait]
+pub trait Acknowledge: Send + 'static {
+    async fn ack(self: Box<Self>) -> Result<(), BrokerError>;
+    fn abandon(self: Box<Self>);
 }
 
 impl std::fmt::Debug for QueueLease {
@@ -100,42 +115,51 @@ impl std::fmt::Debug for QueueLease {
 }
 
 impl QueueLease {
-    /// A lease whose release runs `release` (for queue backends).
-    pub fn new(activation: Activation, release: impl FnOnce() + Send + 'static) -> Self {
-        QueueLease { activation, release: Some(Box::new(release)) }
+    /// A lease finished by `acknowledge` (for queue backends).
+    pub fn new(activation: Activation, acknowledge: impl Acknowledge) -> Self {
+        QueueLease { activation, acknowledge: Some(Box::new(acknowledge)) }
     }
 
-    /// Give the session back so its next activation can run.
-    pub fn release(mut self) {
-        if let Some(release) = self.release.take() {
-            release();
+    /// The activation is done and its outcome recorded: forget it for good and give the
+    /// session back so its next activation can run. What it held here is freed even when the
+    /// backend could not be told (the error says why; the backend may then redeliver it).
+    pub async fn ack(mut self) -> Result<(), BrokerError> {
+        match self.acknowledge.take() {
+            Some(acknowledge) => acknowledge.ack().await,
+            None => Ok(()),
         }
     }
 }
 
 impl Drop for QueueLease {
     fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
-            release();
+        if let Some(acknowledge) = self.acknowledge.take() {
+            acknowledge.abandon();
         }
     }
 }
 
 /// The queue of activations waiting for a worker.
+///
+/// Every backend passes the conformance suite (`queue_tests!`, feature `conformance`).
 #[async_trait]
 pub trait Queue: Send + Sync + 'static {
     async fn push(&self, activation: Activation) -> Result<(), BrokerError>;
     /// Wait for the next runnable activation: what it holds is free (its session's turns, or its
-    /// session's maintenance) and its lane is under its cap.
+    /// session's maintenance) and its lane is under its cap. A backend that loses its server
+    /// keeps retrying here (logging) rather than failing.
     async fn pop(&self) -> Result<QueueLease, BrokerError>;
-    fn depths(&self) -> QueueDepths;
+    /// The next runnable activation now, if any.
+    async fn try_pop(&self) -> Result<Option<QueueLease>, BrokerError>;
+    /// Waiting activations per lane, and those out in this process.
+    async fn depths(&self) -> Result<QueueDepths, BrokerError>;
     /// Drop waiting activations of a session (for example when the session is cleared).
-    fn remove_session(&self, session_id: &SessionId) -> Vec<Activation>;
+    async fn remove_session(&self, session_id: &SessionId) -> Result<Vec<Activation>, BrokerError>;
 }
 
 /// What of a session an activation holds while it is out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Hold {
+pub(crate) enum Hold {
     /// The session's turns: one at a time, in order.
     Turns,
     /// The session's maintenance (compaction, titles): one at a time, beside the turns.
@@ -143,7 +167,7 @@ enum Hold {
 }
 
 impl Hold {
-    fn of(activation: &Activation) -> Hold {
+    pub(crate) fn of(activation: &Activation) -> Hold {
         match activation.payload {
             ActivationPayload::Maintenance { .. } => Hold::Maintenance,
             ActivationPayload::Message { .. }
@@ -157,23 +181,27 @@ impl Hold {
     }
 }
 
-struct Waiting {
-    activation: Activation,
-    since: Instant,
+/// An activation waiting in a process's lanes.
+pub(crate) struct Waiting {
+    pub(crate) activation: Activation,
+    pub(crate) since: Instant,
+    /// The backend's name for it (a Redis stream entry id), if it has one.
+    pub(crate) entry: Option<String>,
 }
 
+/// The lanes of one process and what is out of them: the scheduling every backend shares.
 #[derive(Default)]
-struct State {
-    lanes: [VecDeque<Waiting>; 3],
+pub(crate) struct State {
+    pub(crate) lanes: [VecDeque<Waiting>; 3],
     /// Sessions whose turn is out.
     turns_out: HashSet<SessionId>,
     /// Sessions whose maintenance is out.
     maintenance_out: HashSet<SessionId>,
     /// Activations out, per lane (indexed like `lanes`).
-    out: [usize; 3],
+    pub(crate) out: [usize; 3],
 }
 
-fn lane_index(lane: Lane) -> usize {
+pub(crate) fn lane_index(lane: Lane) -> usize {
     match lane {
         Lane::Interactive => 0,
         Lane::Responsive => 1,
@@ -197,13 +225,40 @@ impl State {
     }
 
     /// Give back what an activation of `lane` holding `hold` of `session_id` held.
-    fn release(&mut self, lane: usize, session_id: &SessionId, hold: Hold) {
+    pub(crate) fn release(&mut self, lane: usize, session_id: &SessionId, hold: Hold) {
         self.held_mut(hold).remove(session_id);
         self.out[lane] = self.out[lane].saturating_sub(1);
     }
 
+    pub(crate) fn depths(&self) -> QueueDepths {
+        QueueDepths {
+            interactive: self.lanes[0].len(),
+            responsive: self.lanes[1].len(),
+            background: self.lanes[2].len(),
+            running: self.out.iter().sum(),
+        }
+    }
+
+    /// Take a session's waiting activations out of the lanes.
+    pub(crate) fn remove_session(&mut self, session_id: &SessionId) -> Vec<Waiting> {
+        let mut removed = Vec::new();
+        for lane in self.lanes.iter_mut() {
+            let (gone, kept): (Vec<Waiting>, Vec<Waiting>) =
+                lane.drain(..).partition(|w| &w.activation.session_id == session_id);
+            lane.extend(kept);
+            removed.extend(gone);
+        }
+        removed
+    }
+
+    /// Whether lane `lane` (an index) holds a waiting activation that could run now (ignoring
+    /// caps).
+    pub(crate) fn lane_has_runnable(&self, lane: usize) -> bool {
+        self.lanes[lane].iter().any(|w| !self.held(Hold::of(&w.activation)).contains(&w.activation.session_id))
+    }
+
     /// Whether one more activation of lane `lane` (an index) may go out under `caps`.
-    fn lane_has_room(&self, lane: usize, caps: LaneCaps) -> bool {
+    pub(crate) fn lane_has_room(&self, lane: usize, caps: LaneCaps) -> bool {
         let automated = self.out[1] + self.out[2];
         match lane {
             0 => true,
@@ -214,7 +269,7 @@ impl State {
 
     /// The runnable activation with the best effective priority: lane rank minus one per aging
     /// step waited; ties go to the one waiting longest. Lanes at their cap do not compete.
-    fn take_next(&mut self, aging: Aging, caps: LaneCaps, now: Instant) -> Option<Activation> {
+    pub(crate) fn take_next(&mut self, aging: Aging, caps: LaneCaps, now: Instant) -> Option<Waiting> {
         let mut best: Option<(i64, Instant, usize, usize)> = None;
         for (lane, queue) in self.lanes.iter().enumerate() {
             if !self.lane_has_room(lane, caps) {
@@ -241,7 +296,7 @@ impl State {
         let hold = Hold::of(&waiting.activation);
         self.held_mut(hold).insert(waiting.activation.session_id.clone());
         self.out[lane] += 1;
-        Some(waiting.activation)
+        Some(waiting)
     }
 }
 
@@ -261,7 +316,7 @@ struct Inner {
 
 impl std::fmt::Debug for MemoryQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemoryQueue").field("depths", &self.depths()).field("caps", &self.inner.caps).finish()
+        f.debug_struct("MemoryQueue").field("depths", &self.depths_now()).field("caps", &self.inner.caps).finish()
     }
 }
 
@@ -286,19 +341,50 @@ impl MemoryQueue {
         lock_state(&self.inner.state)
     }
 
+    /// Waiting activations per lane, and activations out.
+    pub fn depths_now(&self) -> QueueDepths {
+        self.lock().depths()
+    }
+
     /// Take the next runnable activation now, if any.
     pub fn try_pop(&self) -> Option<QueueLease> {
-        let activation = self.lock().take_next(self.inner.aging, self.inner.caps, Instant::now())?;
-        let inner = Arc::clone(&self.inner);
-        let lane = lane_index(activation.lane);
-        let session_id = activation.session_id.clone();
-        let hold = Hold::of(&activation);
-        Some(QueueLease::new(activation, move || {
-            lock_state(&inner.state).release(lane, &session_id, hold);
-            // A session and a lane slot freed up: waiting work may now run.
-            inner.ready.notify_waiters();
-            inner.ready.notify_one();
-        }))
+        let activation = self.lock().take_next(self.inner.aging, self.inner.caps, Instant::now())?.activation;
+        let release = MemoryRelease {
+            inner: Arc::clone(&self.inner),
+            lane: lane_index(activation.lane),
+            session_id: activation.session_id.clone(),
+            hold: Hold::of(&activation),
+        };
+        Some(QueueLease::new(activation, release))
+    }
+}
+
+/// What a memory lease gives back: the same on `ack` and on drop (nothing can redeliver).
+struct MemoryRelease {
+    inner: Arc<Inner>,
+    lane: usize,
+    session_id: SessionId,
+    hold: Hold,
+}
+
+impl MemoryRelease {
+    fn release(&self) {
+        lock_state(&self.inner.state).release(self.lane, &self.session_id, self.hold);
+        // A session and a lane slot freed up: waiting work may now run.
+        self.inner.ready.notify_waiters();
+        self.inner.ready.notify_one();
+    }
+}
+
+#[async_trait]
+impl Acknowledge for MemoryRelease {
+    async fn ack(self: Box<Self>) -> Result<(), BrokerError> {
+        self.release();
+        Ok(())
+    }
+
+    fn abandon(self: Box<Self>) {
+        self.release();
     }
 }
 
@@ -320,7 +406,7 @@ impl Default for MemoryQueue {
 impl Queue for MemoryQueue {
     async fn push(&self, activation: Activation) -> Result<(), BrokerError> {
         let lane = lane_index(activation.lane);
-        self.lock().lanes[lane].push_back(Waiting { activation, since: Instant::now() });
+        self.lock().lanes[lane].push_back(Waiting { activation, since: Instant::now(), entry: None });
         self.inner.ready.notify_one();
         Ok(())
     }
@@ -339,25 +425,15 @@ impl Queue for MemoryQueue {
         }
     }
 
-    fn depths(&self) -> QueueDepths {
-        let state = self.lock();
-        QueueDepths {
-            interactive: state.lanes[0].len(),
-            responsive: state.lanes[1].len(),
-            background: state.lanes[2].len(),
-            running: state.out.iter().sum(),
-        }
+    async fn try_pop(&self) -> Result<Option<QueueLease>, BrokerError> {
+        Ok(MemoryQueue::try_pop(self))
     }
 
-    fn remove_session(&self, session_id: &SessionId) -> Vec<Activation> {
-        let mut state = self.lock();
-        let mut removed = Vec::new();
-        for lane in state.lanes.iter_mut() {
-            let (gone, kept): (Vec<Waiting>, Vec<Waiting>) =
-                lane.drain(..).partition(|w| &w.activation.session_id == session_id);
-            lane.extend(kept);
-            removed.extend(gone.into_iter().map(|w| w.activation));
-        }
-        removed
+    async fn depths(&self) -> Result<QueueDepths, BrokerError> {
+        Ok(self.depths_now())
+    }
+
+    async fn remove_session(&self, session_id: &SessionId) -> Result<Vec<Activation>, BrokerError> {
+        Ok(self.lock().remove_session(session_id).into_iter().map(|w| w.activation).collect())
     }
 }

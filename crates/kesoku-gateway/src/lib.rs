@@ -8,6 +8,8 @@
 //! The gateway holds no state of its own beyond its two handles and the count of what its
 //! listeners' duplicate filters hold ([`Gateway::listener_memory`]); it is cheap to clone.
 
+pub mod watch;
+
 use std::hash::RandomState;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

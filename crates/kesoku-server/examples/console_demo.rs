@@ -276,8 +276,9 @@ impl SessionControl for DemoControl {
     }
 }
 
+#[async_trait::async_trait]
 impl AgentControl for DemoControl {
-    fn runtime_state(&self) -> RuntimeState {
+    async fn runtime_state(&self) -> RuntimeState {
         let running: Vec<RunningTurn> =
             self.0.running.lock().map(|r| r.values().map(|(turn, _)| turn.clone()).collect()).unwrap_or_default();
         let waiting = self.1.lock().map(|w| *w).unwrap_or(0);

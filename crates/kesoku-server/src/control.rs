@@ -19,9 +19,11 @@ use crate::schema::LaneSchema;
 
 /// What the server may ask of the agent runtime: the session controls chat commands use, and
 /// what runs now.
+#[async_trait::async_trait]
 pub trait AgentControl: SessionControl + 'static {
     /// What runs now: the running turns, queue depths per lane, and the limits of each lane.
-    fn runtime_state(&self) -> RuntimeState;
+    /// Async: the queue may live on another server (Redis).
+    async fn runtime_state(&self) -> RuntimeState;
 }
 
 /// A snapshot of the runtime.

@@ -103,6 +103,66 @@ struct ConfigFile {
     chatbots: ChatbotsSection,
     #[serde(default)]
     service: ServiceSection,
+    #[serde(default)]
+    broker: BrokerSection,
+}
+
+/// `[broker]`: how processes hear each other and share the lane queue. Without `url`, the
+/// in-process broker and queue (one process, or `kesoku chat` beside `kesoku start` through
+/// the store); with `url = "redis://…"`, Redis, shared by every process on the same prefix.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerSection {
+    /// `redis://[user:password@]host:port[/db]`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Put before every Redis key and channel (deployments sharing one Redis use different ones).
+    #[serde(default = "default_broker_prefix")]
+    pub prefix: String,
+    /// Seconds an activation taken by a process may go without a sign of life (the process
+    /// was killed) before another process takes it over.
+    #[serde(default = "default_reclaim_after_s")]
+    pub reclaim_after_s: u64,
+}
+
+fn default_broker_prefix() -> String {
+    kesoku_broker::RedisOptions::DEFAULT_PREFIX.to_owned()
+}
+
+fn default_reclaim_after_s() -> u64 {
+    kesoku_broker::RedisOptions::DEFAULT_RECLAIM_AFTER.as_secs()
+}
+
+impl Default for BrokerSection {
+    fn default() -> Self {
+        BrokerSection { url: None, prefix: default_broker_prefix(), reclaim_after_s: default_reclaim_after_s() }
+    }
+}
+
+impl BrokerSection {
+    /// The Redis options, when `url` is set.
+    pub fn redis(&self) -> Option<kesoku_broker::RedisOptions> {
+        let url = self.url.as_ref()?;
+        let mut options = kesoku_broker::RedisOptions::new(url.clone());
+        options.prefix = self.prefix.clone();
+        options.reclaim_after = std::time::Duration::from_secs(self.reclaim_after_s);
+        Some(options)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if let Some(url) = &self.url
+            && !url.starts_with("redis://")
+        {
+            return Err("url must be a redis://host:port URL (remove it to use the in-process broker)".into());
+        }
+        if self.prefix.trim().is_empty() {
+            return Err("prefix must not be empty (the default is \"kesoku\")".into());
+        }
+        if self.reclaim_after_s == 0 {
+            return Err("reclaim_after_s must be at least 1".into());
+        }
+        Ok(())
+    }
 }
 
 /// `[chatbots]`: the chat platforms `kesoku start` connects to (none by default).
@@ -250,6 +310,8 @@ pub struct Config {
     pub models: BTreeMap<String, ModelEntry>,
     pub tools: ToolsConfig,
     pub service: ServiceSection,
+    /// `[broker]`: in-process (default) or Redis.
+    pub broker: BrokerSection,
     pub http: Option<HttpSection>,
     /// `[[cron]]` jobs, checked.
     pub cron: Vec<kesoku_chatbots::cron::CronJob>,
@@ -368,6 +430,7 @@ impl Config {
         }
         check_agents(&file.agents, &file.agent, &models)
             .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
+        file.broker.check().map_err(|reason| anyhow::anyhow!("{}: [broker] {reason}", path.display()))?;
         Ok(Config {
             path: path.to_owned(),
             workspace_dir,
@@ -378,6 +441,7 @@ impl Config {
             models,
             tools: file.tools,
             service: file.service,
+            broker: file.broker,
             http: file.http,
             cron,
             chatbots: file.chatbots,

@@ -13,8 +13,16 @@ use kesoku_server::{AgentControl, LaneDepths, LaneLimits, RunningTurn, RuntimeSt
 #[derive(Debug, Clone)]
 pub struct AgentHandle(pub Agent);
 
+#[async_trait]
 impl AgentControl for AgentHandle {
-    fn runtime_state(&self) -> RuntimeState {
+    async fn runtime_state(&self) -> RuntimeState {
+        let queue = match self.0.queue_depths().await {
+            Ok(depths) => LaneDepths::from(depths),
+            Err(error) => {
+                tracing::warn!(%error, "reading the queue depths failed");
+                LaneDepths::default()
+            }
+        };
         let limits = |lane: Lane| {
             let l = self.0.limits().for_lane(lane);
             TurnLimits { runtime_s: l.runtime_s, model_calls: l.model_calls, tool_calls: l.tool_calls }
@@ -33,7 +41,7 @@ impl AgentControl for AgentHandle {
                     since: turn.since,
                 })
                 .collect(),
-            queue: LaneDepths::from(self.0.queue_depths()),
+            queue,
             limits: LaneLimits {
                 interactive: limits(Lane::Interactive),
                 responsive: limits(Lane::Responsive),

@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use kesoku_agent::{Agent, AgentDeps, Followups, Jobs, JobsConfig, ModelSet};
-use kesoku_broker::MemoryBroker;
-use kesoku_broker::MemoryQueue;
+use kesoku_broker::{Broker, MemoryBroker, MemoryQueue, Queue, RedisBroker, RedisQueue};
 use kesoku_gateway::Gateway;
 use kesoku_llm::Model;
 use kesoku_store::{Footprint, StoreHandle};
@@ -29,12 +28,36 @@ async fn open_existing_store(config: &Config, footprint: Footprint) -> anyhow::R
     handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
 }
 
-/// The store plus an in-process broker. `footprint`: what a SQLite store holds open (the
-/// service's readers and checkpoint thread, or a command's single connection).
+/// The store plus the configured broker (`[broker]`: in-process, or Redis). `footprint`:
+/// what a SQLite store holds open (the service's readers and checkpoint thread, or a
+/// command's single connection).
 pub async fn open_gateway(config: &Config, footprint: Footprint) -> anyhow::Result<(StoreHandle, Gateway)> {
     let handle = open_existing_store(config, footprint).await?;
-    let gateway = Gateway::new(Arc::clone(&handle.store), Arc::new(MemoryBroker::default()));
+    let gateway = Gateway::new(Arc::clone(&handle.store), build_broker(config).await?);
     Ok((handle, gateway))
+}
+
+/// The configured broker: Redis when `[broker] url` is set, else in-process.
+pub async fn build_broker(config: &Config) -> anyhow::Result<Arc<dyn Broker>> {
+    match config.broker.redis() {
+        Some(options) => {
+            let broker = RedisBroker::connect(&options).await;
+            Ok(Arc::new(broker.with_context(|| format!("{}: [broker]", config.path.display()))?))
+        }
+        None => Ok(Arc::new(MemoryBroker::default())),
+    }
+}
+
+/// The configured lane queue for a pool of `workers`, with lane caps sized for it: Redis when
+/// `[broker] url` is set (caps per process), else in-process.
+pub async fn build_queue(config: &Config, workers: usize) -> anyhow::Result<Arc<dyn Queue>> {
+    match config.broker.redis() {
+        Some(options) => {
+            let queue = RedisQueue::for_workers(&options, workers).await;
+            Ok(Arc::new(queue.with_context(|| format!("{}: [broker]", config.path.display()))?))
+        }
+        None => Ok(Arc::new(MemoryQueue::for_workers(workers))),
+    }
 }
 
 /// Build one configured model, reading its key from the environment (remote) or loading its
@@ -164,14 +187,14 @@ pub fn local_zone(config: &Config) -> kesoku_agent::followups::Tz {
 /// The agent runtime over `handle` and `gateway`, offering `followups`' tools with the built-in
 /// ones, without background jobs (`kesoku chat` running the agent itself: the process ends with
 /// the conversation, so nothing would watch a job).
-pub fn build_agent(
+pub async fn build_agent(
     config: &Config,
     handle: &StoreHandle,
     gateway: Gateway,
     models: ModelSet,
     followups: &Followups,
 ) -> anyhow::Result<Agent> {
-    build_agent_with(config, handle, gateway, models, followups, None)
+    build_agent_with(config, handle, gateway, models, followups, None).await
 }
 
 /// The service's job keeper: one per service, on its gateway and workspace.
@@ -182,7 +205,7 @@ pub fn build_jobs(config: &Config, gateway: &Gateway) -> Jobs {
 
 /// The service's agent: [`build_agent`] whose `run_shell_command` offers background jobs kept by
 /// `jobs`, with the job tools beside the built-in ones.
-pub fn build_service_agent(
+pub async fn build_service_agent(
     config: &Config,
     handle: &StoreHandle,
     gateway: Gateway,
@@ -190,10 +213,10 @@ pub fn build_service_agent(
     followups: &Followups,
     jobs: &Jobs,
 ) -> anyhow::Result<Agent> {
-    build_agent_with(config, handle, gateway, models, followups, Some(jobs))
+    build_agent_with(config, handle, gateway, models, followups, Some(jobs)).await
 }
 
-fn build_agent_with(
+async fn build_agent_with(
     config: &Config,
     handle: &StoreHandle,
     gateway: Gateway,
@@ -242,11 +265,12 @@ fn build_agent_with(
     let profile = Profile::of(config, answering.name(), followups, jobs, &subagents);
     crate::config::check_agent_tools(&config.agents, profile.tools.names())
         .with_context(|| format!("{}: [[agents]]", config.path.display()))?;
+    // Lane caps sized for the worker pool: a quarter of it always free of automation.
+    let queue = build_queue(config, profile.agent.max_concurrent_turns).await?;
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
-        // Lane caps sized for the worker pool: a quarter of it always free of automation.
-        queue: Arc::new(MemoryQueue::for_workers(profile.agent.max_concurrent_turns)),
+        queue,
         models,
         tools: Arc::new(profile.tools),
         workspace,
@@ -337,61 +361,18 @@ fn tools(
     registry
 }
 
-/// How often [`spawn_store_watch`] looks for changes made by other processes.
-pub const STORE_WATCH_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// Announce on this process's broker the changes other processes make to the shared store.
-///
-/// The broker is in-process, so a message posted by another process (`kesoku chat` talking to
-/// a running service, or the service answering it) would otherwise only be heard at the next
-/// start. This reads `changes_since` every `period` and republishes what it finds; listeners
-/// drop what they already heard (the gateway's duplicate filter works on revisions), so this
-/// process's own changes passing through again are harmless.
+/// Hear the changes other processes make: through the broker when it is shared (`[broker]
+/// url`, Redis), else by watching the store ([`kesoku_gateway::watch`]). The task ends with
+/// `shutdown`.
 pub fn spawn_store_watch(
+    config: &Config,
     gateway: Gateway,
-    period: std::time::Duration,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> tokio::task::JoinHandle<()> {
-    const BATCH: u32 = 500;
-    tokio::spawn(async move {
-        let store = Arc::clone(gateway.store());
-        let mut after = match store.current_rev().await {
-            Ok(rev) => rev,
-            Err(error) => {
-                tracing::warn!(%error, "store watch: reading the current revision failed; starting from the beginning");
-                0
-            }
-        };
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                () = tokio::time::sleep(period) => {}
-            }
-            loop {
-                let batch = match store.changes_since(after, &kesoku_core::MessageFilter::default(), BATCH).await {
-                    Ok(batch) => batch,
-                    Err(error) => {
-                        tracing::warn!(%error, "store watch: reading changes failed; retrying");
-                        break;
-                    }
-                };
-                let full = batch.len() == BATCH as usize;
-                for event in batch {
-                    after = event.rev;
-                    let notice =
-                        kesoku_broker::MessageNotice { rev: event.rev, created: event.created, message: event.message };
-                    if let Err(error) =
-                        gateway.broker().publish(kesoku_broker::BrokerEvent::Message(Box::new(notice))).await
-                    {
-                        tracing::warn!(%error, "store watch: announcing a change failed");
-                    }
-                }
-                if !full {
-                    break;
-                }
-            }
-        }
-    })
+    if config.broker.url.is_some() {
+        return tokio::spawn(async move { shutdown.cancelled().await });
+    }
+    kesoku_gateway::watch::spawn_store_watch(gateway, kesoku_gateway::watch::STORE_WATCH_PERIOD, shutdown)
 }
 
 #[cfg(test)]
@@ -418,7 +399,7 @@ mod tests {
         let model = ScriptedModel::new("local", vec![ScriptStep::text("40")]);
         let models = ModelSet::single(Arc::new(model.clone()));
         let followups = build_followups(&config, &gateway);
-        let agent = build_agent(&config, &handle, gateway.clone(), models, &followups).expect("agent");
+        let agent = build_agent(&config, &handle, gateway.clone(), models, &followups).await.expect("agent");
         let shutdown = tokio_util::sync::CancellationToken::new();
         let runner = tokio::spawn({
             let (agent, shutdown) = (agent.clone(), shutdown.clone());
@@ -442,6 +423,71 @@ mod tests {
         let requests = model.requests();
         assert_eq!(requests.len(), 1, "one model call");
         requests.into_iter().next().expect("a request")
+    }
+
+    /// The test Redis (`KESOKU_TEST_REDIS_URL`), or `None` having said why; required when
+    /// `KESOKU_REQUIRE_SERVERS=1`.
+    fn test_redis_url() -> Option<String> {
+        match std::env::var("KESOKU_TEST_REDIS_URL") {
+            Ok(url) if !url.trim().is_empty() => Some(url),
+            _ => {
+                assert!(
+                    !kesoku_test_support::db::servers_required(),
+                    "KESOKU_REQUIRE_SERVERS=1 but KESOKU_TEST_REDIS_URL is not set"
+                );
+                eprintln!("skipped: KESOKU_TEST_REDIS_URL is not set");
+                None
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_turn_runs_on_the_redis_broker_and_queue_and_is_acknowledged() {
+        let Some(url) = test_redis_url() else { return };
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("kesoku.toml");
+        let prefix = format!("kesoku_test_{}", ulid::Ulid::generate());
+        let text = format!("[broker]\nurl = \"{url}\"\nprefix = \"{prefix}\"\n");
+        let config = Config::parse(&path, &text).expect("config");
+        std::fs::create_dir_all(&config.workspace_dir).expect("workspace");
+        let handle = open_store(&config, true).await.expect("store");
+        let gateway = Gateway::new(Arc::clone(&handle.store), build_broker(&config).await.expect("redis broker"));
+        let model = ScriptedModel::new("local", vec![ScriptStep::text("40")]);
+        let followups = build_followups(&config, &gateway);
+        let agent =
+            build_agent(&config, &handle, gateway.clone(), ModelSet::single(Arc::new(model.clone())), &followups)
+                .await
+                .expect("agent");
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let runner = tokio::spawn({
+            let (agent, shutdown) = (agent.clone(), shutdown.clone());
+            async move { agent.run(shutdown, std::time::Duration::from_secs(1)).await }
+        });
+        let session = gateway.resolve_session("cli", "local").await.expect("session");
+        let message = Message::user_text(&session.id, "cli", "local", "user", "What is 25 + 15?");
+        gateway.post(&message).await.expect("post");
+        let mut status = Status::PendingAgent;
+        for _ in 0..3000 {
+            status = gateway.store().get_message(&message.id).await.expect("read").expect("stored").status;
+            if status == Status::Processed {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(status, Status::Processed);
+        // The activation was acknowledged once its outcome was recorded: nothing waits or runs.
+        let mut depths = agent.queue_depths().await.expect("depths");
+        for _ in 0..3000 {
+            if depths.waiting() + depths.running == 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            depths = agent.queue_depths().await.expect("depths");
+        }
+        assert_eq!((depths.waiting(), depths.running), (0, 0));
+        shutdown.cancel();
+        runner.await.expect("agent stops");
+        assert_eq!(model.requests().len(), 1, "one turn, one model call");
     }
 
     #[tokio::test]

@@ -182,8 +182,8 @@ impl Agent {
         self.inner.deps.workspace.join("sessions").join(session_id.as_str())
     }
 
-    pub fn queue_depths(&self) -> QueueDepths {
-        self.inner.deps.queue.depths()
+    pub async fn queue_depths(&self) -> Result<QueueDepths, kesoku_broker::BrokerError> {
+        self.inner.deps.queue.depths().await
     }
 
     /// Turns running in this process.

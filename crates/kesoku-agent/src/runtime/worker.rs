@@ -49,7 +49,12 @@ impl Agent {
                 tracing::error!(activation_id = %lease.activation.id, error = %join_error, "a turn panicked");
                 self.after_panic(&lease.activation).await;
             }
-            lease.release();
+            // The outcome is in the ledger now (`run_activation` or `after_panic` recorded
+            // it): only now may the queue forget the activation.
+            let activation_id = lease.activation.id.clone();
+            if let Err(error) = lease.ack().await {
+                tracing::warn!(%activation_id, %error, "acknowledging a finished activation failed; it may be handed out again");
+            }
         }
     }
 

@@ -90,8 +90,8 @@ async fn one_activation_per_session_at_a_time_in_order() {
     let second = queue.try_pop().expect("b1 runnable");
     assert_eq!(second.activation.id.as_str(), "b1");
     assert!(queue.try_pop().is_none(), "a2 must wait for a1");
-    assert_eq!(queue.depths().running, 2);
-    first.release();
+    assert_eq!(queue.depths_now().running, 2);
+    first.ack().await.expect("ack");
     assert_eq!(queue.try_pop().expect("a2 after release").activation.id.as_str(), "a2");
 }
 
@@ -110,7 +110,7 @@ async fn pop_waits_until_work_arrives_or_a_session_frees_up() {
     drop(first);
     let next = waiter.await.expect("join").expect("pop");
     assert_eq!(next, "a2");
-    let removed = queue.remove_session(&SessionId::from("s1"));
+    let removed = Queue::remove_session(&queue, &SessionId::from("s1")).await.expect("remove");
     assert!(removed.is_empty());
 }
 
@@ -144,7 +144,7 @@ async fn interactive_work_is_handed_out_at_once_when_automation_fills_its_caps()
     }
     let handed: Vec<&str> = out.iter().map(id_of).collect();
     assert_eq!(handed, ["resp0", "resp1", "bg0", "-"], "at most one background, at most three automated");
-    assert_eq!(queue.depths(), depths(0, 0, 2, 3));
+    assert_eq!(queue.depths_now(), depths(0, 0, 2, 3));
 
     // Every automated slot is taken: a person's message goes out at once, and so does the next.
     queue.push(activation("int0", "i0", Lane::Interactive)).await.expect("push");
@@ -154,7 +154,7 @@ async fn interactive_work_is_handed_out_at_once_when_automation_fills_its_caps()
     out.push(queue.try_pop());
     assert_eq!((id_of(&out[4]), id_of(&out[5])), ("int0", "int1"));
     assert!(queue.try_pop().is_none(), "automation still waits for its slots");
-    assert_eq!(queue.depths(), depths(0, 1, 2, 5));
+    assert_eq!(queue.depths_now(), depths(0, 1, 2, 5));
 
     // The background activation ends: its automated slot goes to the responsive one (a lane
     // above), and the background lane, with a free slot of its own, still waits for the total.
@@ -162,7 +162,7 @@ async fn interactive_work_is_handed_out_at_once_when_automation_fills_its_caps()
     let next = queue.try_pop();
     assert_eq!(id_of(&next), "resp2");
     assert!(queue.try_pop().is_none(), "three automated activations are out again");
-    assert_eq!(queue.depths(), depths(0, 0, 2, 5));
+    assert_eq!(queue.depths_now(), depths(0, 0, 2, 5));
     // A responsive one ends: now the background lane gets the slot.
     drop(out.remove(0));
     assert_eq!(id_of(&queue.try_pop()), "bg1");
@@ -176,7 +176,7 @@ async fn without_caps_automation_can_take_every_slot() {
     }
     let out: Vec<Option<QueueLease>> = (0..4).map(|_| queue.try_pop()).collect();
     assert!(out.iter().all(Option::is_some), "all four background activations go out");
-    assert_eq!(queue.depths(), depths(0, 0, 0, 4));
+    assert_eq!(queue.depths_now(), depths(0, 0, 0, 4));
 }
 
 #[tokio::test(start_paused = true)]
@@ -197,7 +197,7 @@ async fn background_progresses_under_a_stream_of_interactive_work() {
     // Two aging steps (10 s) lift it to the interactive lane, where it has waited longest.
     assert_eq!(at, 10, "{handed:?}");
     assert!(handed[..at].iter().all(|id| id.starts_with("int")), "{handed:?}");
-    assert_eq!(queue.depths(), depths(1, 0, 0, 0), "one interactive message is still waiting");
+    assert_eq!(queue.depths_now(), depths(1, 0, 0, 0), "one interactive message is still waiting");
 }
 
 #[tokio::test(start_paused = true)]
@@ -213,7 +213,7 @@ async fn maintenance_runs_beside_its_sessions_turn_but_not_beside_its_other_main
     let other_session = queue.try_pop();
     assert_eq!((id_of(&turn), id_of(&first_maintenance), id_of(&other_session)), ("t1", "m1", "m3"));
     assert!(queue.try_pop().is_none(), "t2 waits for t1, m2 waits for m1");
-    assert_eq!(queue.depths(), depths(1, 0, 1, 3));
+    assert_eq!(queue.depths_now(), depths(1, 0, 1, 3));
 
     drop(first_maintenance);
     let second_maintenance = queue.try_pop();
@@ -222,7 +222,7 @@ async fn maintenance_runs_beside_its_sessions_turn_but_not_beside_its_other_main
     drop(turn);
     let next_turn = queue.try_pop();
     assert_eq!(id_of(&next_turn), "t2");
-    assert_eq!(queue.depths(), depths(0, 0, 0, 3), "t2, m2 and m3 are out");
+    assert_eq!(queue.depths_now(), depths(0, 0, 0, 3), "t2, m2 and m3 are out");
 }
 
 #[tokio::test(start_paused = true)]
@@ -238,6 +238,6 @@ async fn pop_wakes_when_a_lane_slot_frees_up() {
     };
     tokio::task::yield_now().await;
     assert!(!waiter.is_finished(), "bg2 waits: the one background slot is taken");
-    first.release();
+    first.ack().await.expect("ack");
     assert_eq!(waiter.await.expect("join").expect("pop"), "bg2");
 }

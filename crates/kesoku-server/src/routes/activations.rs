@@ -148,5 +148,5 @@ pub(crate) async fn list_activations(
 )]
 pub(crate) async fn runtime(State(state): State<AppState>) -> Result<Json<RuntimeResponse>, AppError> {
     let rev = state.gateway.store().current_rev().await?;
-    Ok(Json(RuntimeResponse { state: state.control.runtime_state(), rev }))
+    Ok(Json(RuntimeResponse { state: state.control.runtime_state().await, rev }))
 }

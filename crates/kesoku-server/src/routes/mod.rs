@@ -75,7 +75,7 @@ pub(crate) async fn activities(
 
 /// Views of `sessions`, with their active flag and activity.
 pub(crate) async fn session_views(state: &AppState, sessions: Vec<Session>) -> Result<Vec<SessionView>, AppError> {
-    let runtime = state.control.runtime_state();
+    let runtime = state.control.runtime_state().await;
     let activity = activities(state, &runtime).await?;
     let mut active: HashMap<(String, String), Option<SessionId>> = HashMap::new();
     let mut views = Vec::with_capacity(sessions.len());

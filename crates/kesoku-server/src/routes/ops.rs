@@ -68,7 +68,7 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     if !text.is_empty() && !text.ends_with('\n') {
         text.push('\n');
     }
-    let runtime = state.control.runtime_state();
+    let runtime = state.control.runtime_state().await;
     let _ = writeln!(text, "# HELP kesoku_lane_depth Activations waiting in each queue lane.");
     let _ = writeln!(text, "# TYPE kesoku_lane_depth gauge");
     for lane in Lane::ALL {

@@ -163,7 +163,7 @@ pub(crate) async fn session_state(
 ) -> Result<Json<SessionStateResponse>, AppError> {
     let session = load_session(&state, &id).await?;
     let store = state.gateway.store();
-    let runtime = state.control.runtime_state();
+    let runtime = state.control.runtime_state().await;
     let now = Utc::now();
 
     let open_filter = MessageFilter::session(&session.id).with_statuses(&[Status::Processing, Status::PendingAgent]);

@@ -38,8 +38,9 @@ impl SessionControl for FakeControl {
     }
 }
 
+#[async_trait]
 impl AgentControl for FakeControl {
-    fn runtime_state(&self) -> RuntimeState {
+    async fn runtime_state(&self) -> RuntimeState {
         self.state.lock().expect("lock").clone()
     }
 }

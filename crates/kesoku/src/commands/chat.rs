@@ -120,12 +120,12 @@ impl Backend {
     ) -> anyhow::Result<Backend> {
         if let Some(pid) = super::start::running_service(config) {
             let shutdown = CancellationToken::new();
-            let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
+            let watch = wiring::spawn_store_watch(config, gateway.clone(), shutdown.clone());
             return Ok(Backend::Client { pid, shutdown, watch });
         }
         let models = wiring::build_models(config).await?;
         let followups = wiring::build_followups(config, gateway);
-        let agent = wiring::build_agent(config, handle, gateway.clone(), models, &followups)?;
+        let agent = wiring::build_agent(config, handle, gateway.clone(), models, &followups).await?;
         agent.recover().await.context("recovering unfinished work")?;
         let shutdown = CancellationToken::new();
         let runner = {

@@ -123,7 +123,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let (handle, gateway) = wiring::open_gateway(config, kesoku_store::Footprint::Service).await?;
     let jobs = wiring::build_jobs(config, &gateway);
     let followups = wiring::build_followups(config, &gateway);
-    let agent = wiring::build_service_agent(config, &handle, gateway.clone(), models, &followups, &jobs)?;
+    let agent = wiring::build_service_agent(config, &handle, gateway.clone(), models, &followups, &jobs).await?;
     let report = agent.recover().await.context("recovering unfinished work")?;
     // Background jobs left running by the last run: still running ones are watched again, ended
     // or lost ones are reported now (their alerts wait as `pending_agent` for the agent).
@@ -145,7 +145,7 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
         let shutdown = shutdown.clone();
         tokio::spawn(async move { agent.run(shutdown, grace).await })
     };
-    let watch = wiring::spawn_store_watch(gateway.clone(), wiring::STORE_WATCH_PERIOD, shutdown.clone());
+    let watch = wiring::spawn_store_watch(config, gateway.clone(), shutdown.clone());
     // Chat platforms: each connects (inbound) and gets the shared delivery routine (outbound).
     let chatbots = crate::platforms::start_all(&crate::platforms::Platform {
         config,

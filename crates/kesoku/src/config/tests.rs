@@ -164,6 +164,11 @@ fn cases() -> Vec<Case> {
             },
         },
         Case {
+            table: "[broker]",
+            text: "[broker]\nurl = \"redis://127.0.0.1:6379\"\n",
+            change: |config| config.broker.url = Some("redis://127.0.0.1:6379".into()),
+        },
+        Case {
             table: "[[cron]]",
             text: "[[cron]]\nname = \"daily\"\nschedule = \"@daily\"\nprompt = \"report\"\nchannel = \"ops\"\n",
             change: |config| {
@@ -266,6 +271,24 @@ fn every_table_takes_one_key_and_defaults_the_rest() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn the_broker_section_selects_redis_and_refuses_what_cannot_work() {
+    let defaults = parse("");
+    assert!(defaults.broker.redis().is_none(), "no url: the in-process broker");
+    let config = parse("[broker]\nurl = \"redis://cache:6379/2\"\nprefix = \"prod\"\nreclaim_after_s = 30\n");
+    let options = config.broker.redis().expect("redis selected");
+    assert_eq!((options.url.as_str(), options.prefix.as_str()), ("redis://cache:6379/2", "prod"));
+    assert_eq!(options.reclaim_after, std::time::Duration::from_secs(30));
+    for (text, says) in [
+        ("[broker]\nurl = \"http://cache\"\n", "redis://"),
+        ("[broker]\nprefix = \" \"\n", "prefix"),
+        ("[broker]\nreclaim_after_s = 0\n", "reclaim_after_s"),
+    ] {
+        let error = Config::parse(Path::new(PATH), text).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(error.contains("[broker]") && error.contains(says), "{text}: {error}");
+    }
 }
 
 #[test]
