@@ -7,6 +7,7 @@
 //!
 //! This crate knows no SQL and no platform; it moves events and activations, nothing else.
 
+pub mod lease;
 mod memory;
 pub mod queue;
 

@@ -3,4 +3,5 @@
 #![allow(clippy::expect_used)]
 
 mod broker;
+mod lease;
 mod queue;
