@@ -69,7 +69,7 @@ impl SessionLeases for MemoryLeases {
         holder: &LeaseHolder,
         ttl: Duration,
     ) -> Result<Option<SessionLease>, LeaseError> {
-        ttl_millis(ttl)?;
+        let ttl = Duration::from_millis(ttl_millis(ttl)?);
         let now = Instant::now();
         let fencing_token = {
             let mut state = self.inner.state();

@@ -141,7 +141,7 @@ impl LeaseError {
     }
 }
 
-/// A lease's ttl in whole milliseconds, checked.
+/// A lease's ttl in whole milliseconds (what the lease store keeps), checked.
 fn ttl_millis(ttl: Duration) -> Result<u64, LeaseError> {
     let millis = ttl.as_millis();
     if millis == 0 || ttl > MAX_TTL {
@@ -154,13 +154,37 @@ fn ttl_millis(ttl: Duration) -> Result<u64, LeaseError> {
 #[async_trait]
 pub trait SessionLeases: Send + Sync + 'static {
     /// Take `session_id`'s lease for `holder` for `ttl`, or `None` at once when someone holds
-    /// it (the same holder too: a lease is not re-entrant). Never waits for the lease.
+    /// it (the same holder too: a lease is not re-entrant). Never waits for the lease. The ttl
+    /// is kept in whole milliseconds.
     async fn acquire(
         &self,
         session_id: &SessionId,
         holder: &LeaseHolder,
         ttl: Duration,
     ) -> Result<Option<SessionLease>, LeaseError>;
+
+    /// Like [`SessionLeases::acquire`], but while another holder has the lease, try again
+    /// (every ttl/4, between 10 ms and 250 ms) until `patience` has passed; `None` then.
+    async fn acquire_within(
+        &self,
+        session_id: &SessionId,
+        holder: &LeaseHolder,
+        ttl: Duration,
+        patience: Duration,
+    ) -> Result<Option<SessionLease>, LeaseError> {
+        let deadline = Instant::now() + patience;
+        let pause = (ttl / 4).clamp(Duration::from_millis(10), Duration::from_millis(250));
+        loop {
+            if let Some(lease) = self.acquire(session_id, holder, ttl).await? {
+                return Ok(Some(lease));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(pause.min(deadline - now)).await;
+        }
+    }
 
     /// How many leases are held now, by every holder of every process sharing this store (for
     /// `/metrics`). Expired leases do not count.

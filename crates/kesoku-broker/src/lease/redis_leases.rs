@@ -169,6 +169,7 @@ impl SessionLeases for RedisLeases {
         ttl: Duration,
     ) -> Result<Option<SessionLease>, LeaseError> {
         let millis = ttl_millis(ttl)?;
+        let ttl = Duration::from_millis(millis);
         let keeper = &self.keeper;
         let sent_at = Instant::now();
         let token: i64 = ACQUIRE

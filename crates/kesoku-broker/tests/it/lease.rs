@@ -53,6 +53,8 @@ leases_tests!(
     fencing_tokens_increase_across_holders,
     held_count_forgets_expired_leases,
     a_ttl_under_a_millisecond_is_refused,
+    a_lease_keeps_its_ttl_in_whole_milliseconds,
+    acquiring_within_a_patience_waits_for_the_release,
 );
 
 /// Where leases live for one test: a process's memory, or a key prefix on the test Redis.
@@ -326,6 +328,35 @@ async fn a_ttl_under_a_millisecond_is_refused(place: &Place) {
         }
     }
     assert_eq!(held(&leases).await, 0);
+}
+
+async fn a_lease_keeps_its_ttl_in_whole_milliseconds(place: &Place) {
+    let lease =
+        acquire(&place.leases(), &SessionId::generate(), &LeaseHolder::generate(), Duration::from_micros(1_500_900))
+            .await
+            .expect("granted");
+    assert_eq!(lease.ttl(), Duration::from_millis(1500));
+}
+
+async fn acquiring_within_a_patience_waits_for_the_release(place: &Place) {
+    let (a, b) = (place.leases(), place.another_process().await);
+    let session = SessionId::generate();
+    let first = acquire(&a, &session, &LeaseHolder::generate(), LONG).await.expect("granted");
+    let first_token = first.fencing_token();
+
+    // No patience: the held lease is not granted.
+    let impatient = b.acquire_within(&session, &LeaseHolder::generate(), LONG, Duration::ZERO).await;
+    assert!(impatient.expect("acquire_within answers").is_none());
+
+    let waiter = tokio::spawn({
+        let session = session.clone();
+        async move { b.acquire_within(&session, &LeaseHolder::generate(), LONG, PATIENCE).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(first.release().await.expect("release answers"), "the waiter must not have taken a held lease");
+    let second =
+        waiter.await.expect("the waiter ends").expect("acquire_within answers").expect("granted once released");
+    assert!(second.fencing_token() > first_token);
 }
 
 // Redis only.
