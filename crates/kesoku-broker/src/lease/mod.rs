@@ -73,7 +73,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 pub use memory::MemoryLeases;
-pub use redis_leases::{DEFAULT_KEY_PREFIX, RedisLeases};
+pub use redis_leases::{DEFAULT_KEY_PREFIX, DEFAULT_OPERATION_TIMEOUT, RedisLeases};
 
 /// The longest ttl a lease may have (about 49 days). Leases are kept by renewal: a long ttl
 /// only delays the takeover of a killed process's sessions.

@@ -25,13 +25,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use kesoku_core::SessionId;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, RedisError, Script};
+use redis::{Client, FromRedisValue, RedisError, Script, ScriptInvocation};
 use tokio::time::Instant;
 
 use super::{LeaseError, LeaseHolder, LeaseKeeper, SessionLease, SessionLeases, ttl_millis};
 
 /// The key prefix when none is given.
 pub const DEFAULT_KEY_PREFIX: &str = "kesoku";
+/// How long one lease operation may wait for Redis when no other bound is set.
+pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Lua's `tostring` writes numbers past 14 digits in exponent form, so the token is formatted
 /// with `%d`; a number passed to `redis.call` is written with 17 digits, which is exact here.
@@ -107,6 +109,10 @@ pub struct RedisLeases {
 struct Keeper {
     connection: ConnectionManager,
     prefix: String,
+    /// The connection's response timeout does not cover waiting for a reconnection (with the
+    /// crate's default backoff, several seconds while Redis is down), so each operation has a
+    /// deadline of its own.
+    operation_timeout: Duration,
 }
 
 impl std::fmt::Debug for RedisLeases {
@@ -123,16 +129,47 @@ impl RedisLeases {
     /// Leases on an existing connection (share the broker's), under `prefix` (keys
     /// `{prefix}:lease:…`). Its response timeout bounds how long an operation may wait.
     pub fn new(connection: ConnectionManager, prefix: impl Into<String>) -> Self {
-        Self { keeper: std::sync::Arc::new(Keeper { connection, prefix: prefix.into() }) }
+        Self {
+            keeper: std::sync::Arc::new(Keeper {
+                connection,
+                prefix: prefix.into(),
+                operation_timeout: DEFAULT_OPERATION_TIMEOUT,
+            }),
+        }
+    }
+
+    /// Give up on an operation (and return [`LeaseError::Unavailable`]) after `timeout`
+    /// (default [`DEFAULT_OPERATION_TIMEOUT`]). An acquire that times out may still have taken
+    /// the lease on the server; nobody holds that lease, and it ends after its ttl.
+    pub fn with_operation_timeout(self, timeout: Duration) -> Self {
+        let keeper = &self.keeper;
+        Self {
+            keeper: std::sync::Arc::new(Keeper {
+                connection: keeper.connection.clone(),
+                prefix: keeper.prefix.clone(),
+                operation_timeout: timeout,
+            }),
+        }
     }
 
     /// Connect to the Redis at `url` (`redis://host:port/db`) with the `redis` crate's default
-    /// timeouts (1 s to connect, 500 ms per response), under `prefix`.
+    /// timeouts (1 s per connection attempt, 500 ms per response), under `prefix`. Gives up
+    /// after [`DEFAULT_OPERATION_TIMEOUT`] when no connection is made (the crate alone would go
+    /// on retrying with backoff for about ten seconds). Whatever the connection's settings, each
+    /// operation then gives up after the operation timeout.
     pub async fn connect(url: &str, prefix: impl Into<String>) -> Result<Self, LeaseError> {
         // The URL may hold a password: it is never part of an error.
         let client = Client::open(url).map_err(|error| LeaseError::InvalidUrl(format!("{:?}", error.kind())))?;
-        let connection =
-            ConnectionManager::new_with_config(client, ConnectionManagerConfig::new()).await.map_err(unavailable)?;
+        let connecting = ConnectionManager::new_with_config(client, ConnectionManagerConfig::new());
+        let connection = match tokio::time::timeout(DEFAULT_OPERATION_TIMEOUT, connecting).await {
+            Ok(connected) => connected.map_err(unavailable)?,
+            Err(_) => {
+                return Err(LeaseError::Unavailable(format!(
+                    "no connection to redis within {} ms",
+                    DEFAULT_OPERATION_TIMEOUT.as_millis()
+                )));
+            }
+        };
         Ok(Self::new(connection, prefix))
     }
 
@@ -142,6 +179,18 @@ impl RedisLeases {
 }
 
 impl Keeper {
+    /// Run a lease script, within the operation timeout.
+    async fn invoke<T: FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> Result<T, LeaseError> {
+        let mut connection = self.connection.clone();
+        match tokio::time::timeout(self.operation_timeout, invocation.invoke_async(&mut connection)).await {
+            Ok(answer) => answer.map_err(unavailable),
+            Err(_) => Err(LeaseError::Unavailable(format!(
+                "no answer from redis within {} ms",
+                self.operation_timeout.as_millis()
+            ))),
+        }
+    }
+
     fn lease_key(&self, session_id: &SessionId) -> String {
         format!("{}:lease:{}", self.prefix, session_id)
     }
@@ -172,16 +221,17 @@ impl SessionLeases for RedisLeases {
         let ttl = Duration::from_millis(millis);
         let keeper = &self.keeper;
         let sent_at = Instant::now();
-        let token: i64 = ACQUIRE
-            .key(keeper.lease_key(session_id))
-            .key(keeper.fencing_key())
-            .key(keeper.held_key())
-            .arg(session_id.as_str())
-            .arg(holder.as_str())
-            .arg(millis)
-            .invoke_async(&mut keeper.connection.clone())
-            .await
-            .map_err(unavailable)?;
+        let token: i64 = keeper
+            .invoke(
+                ACQUIRE
+                    .key(keeper.lease_key(session_id))
+                    .key(keeper.fencing_key())
+                    .key(keeper.held_key())
+                    .arg(session_id.as_str())
+                    .arg(holder.as_str())
+                    .arg(millis),
+            )
+            .await?;
         if token == 0 {
             return Ok(None);
         }
@@ -199,7 +249,7 @@ impl SessionLeases for RedisLeases {
 
     async fn held_count(&self) -> Result<u64, LeaseError> {
         let keeper = &self.keeper;
-        HELD_COUNT.key(keeper.held_key()).invoke_async(&mut keeper.connection.clone()).await.map_err(unavailable)
+        keeper.invoke(&HELD_COUNT.key(keeper.held_key())).await
     }
 }
 
@@ -207,25 +257,25 @@ impl SessionLeases for RedisLeases {
 impl LeaseKeeper for Keeper {
     async fn renew(&self, lease: &SessionLease) -> Result<bool, LeaseError> {
         let millis = ttl_millis(lease.ttl)?;
-        RENEW
-            .key(self.lease_key(&lease.session_id))
-            .key(self.held_key())
-            .arg(lease_value(lease))
-            .arg(millis)
-            .arg(lease.session_id.as_str())
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(unavailable)
+        self.invoke(
+            RENEW
+                .key(self.lease_key(&lease.session_id))
+                .key(self.held_key())
+                .arg(lease_value(lease))
+                .arg(millis)
+                .arg(lease.session_id.as_str()),
+        )
+        .await
     }
 
     async fn release(&self, lease: &SessionLease) -> Result<bool, LeaseError> {
-        RELEASE
-            .key(self.lease_key(&lease.session_id))
-            .key(self.held_key())
-            .arg(lease_value(lease))
-            .arg(lease.session_id.as_str())
-            .invoke_async(&mut self.connection.clone())
-            .await
-            .map_err(unavailable)
+        self.invoke(
+            RELEASE
+                .key(self.lease_key(&lease.session_id))
+                .key(self.held_key())
+                .arg(lease_value(lease))
+                .arg(lease.session_id.as_str()),
+        )
+        .await
     }
 }
