@@ -17,8 +17,9 @@
 //! let kept = lease.keep_alive(); // renews every ttl/3 in a task of its own
 //! let lost = kept.lost_token();
 //! // Run the turn; at each boundary (before a model call, a tool call, a write) stop if
-//! // `lost.is_cancelled()`. Write the outcome to the ledger with `kept.fencing_token()`,
-//! // acknowledge the activation, and only then:
+//! // `lost.is_cancelled()`: then record nothing more and leave the activation unacknowledged,
+//! // for whoever holds the session next. Otherwise write the outcome to the ledger with
+//! // `kept.fencing_token()`, acknowledge the activation, and only then:
 //! kept.release().await?;
 //! # Ok(()) }
 //! ```
@@ -39,6 +40,8 @@
 //!   activation) should carry the token and be refused when the session has already seen a larger
 //!   one (`UPDATE … WHERE last_fencing_token <= $token`). Between turn steps the runtime checks
 //!   [`KeptLease::lost_token`]; that check is cheap but is not a guarantee, the ledger's is.
+//!   (Tokens come from one counter for all sessions, so they also increase across sessions; only
+//!   compare tokens of one session.)
 //!
 //! Two backends: [`MemoryLeases`] for one process (the embedded default) and [`RedisLeases`] for
 //! many. Why Redis rather than PostgreSQL advisory locks: an advisory lock lives as long as the
