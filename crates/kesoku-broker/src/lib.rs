@@ -11,6 +11,7 @@
 
 #[cfg(feature = "conformance")]
 pub mod conformance;
+pub mod lease;
 pub(crate) mod memory;
 pub mod queue;
 mod redis;

@@ -5,6 +5,7 @@
 #![allow(clippy::expect_used)]
 
 mod broker;
+mod lease;
 mod queue;
 mod redis;
 
