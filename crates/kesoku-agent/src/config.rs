@@ -148,6 +148,13 @@ pub struct AgentConfig {
     /// worker and is retried. Live workers renew their claim well within it.
     #[serde(default = "default_orphan_after_s")]
     pub orphan_after_s: u64,
+    /// An activation recorded in the ledger but never started, whose message still waits
+    /// (`pending_agent`) this many seconds later while the lane looks empty, was lost between
+    /// the ledger and the queue (its intake process died in between): the intake's sweep
+    /// queues it again. The sweep also hands back orphans (`orphan_after_s`) while the service
+    /// runs, not only at start.
+    #[serde(default = "default_requeue_after_s")]
+    pub requeue_after_s: u64,
     /// Deepest agent-to-agent chain allowed: a sub-agent may run at depth 1..=max_depth; a
     /// delegation beyond it is refused (issue #30: default 3).
     #[serde(default = "default_max_depth")]
@@ -194,6 +201,10 @@ fn default_orphan_after_s() -> u64 {
     300
 }
 
+fn default_requeue_after_s() -> u64 {
+    60
+}
+
 fn default_max_depth() -> u32 {
     3
 }
@@ -217,6 +228,7 @@ impl Default for AgentConfig {
             channel_queue_modes: BTreeMap::new(),
             max_concurrent_turns: default_max_concurrent_turns(),
             orphan_after_s: default_orphan_after_s(),
+            requeue_after_s: default_requeue_after_s(),
             max_depth: default_max_depth(),
             channel_context_messages: default_channel_context_messages(),
             thread_context_messages: default_thread_context_messages(),
@@ -243,5 +255,9 @@ impl AgentConfig {
 
     pub fn orphan_after(&self) -> Duration {
         Duration::from_secs(self.orphan_after_s)
+    }
+
+    pub fn requeue_after(&self) -> Duration {
+        Duration::from_secs(self.requeue_after_s)
     }
 }

@@ -254,8 +254,11 @@ pub trait Store: Send + Sync + 'static {
 /// The execution ledger: one durable row per activation.
 #[async_trait]
 pub trait Ledger: Send + Sync + 'static {
-    /// Record an enqueued activation. Idempotent on the id (a second call changes nothing).
-    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()>;
+    /// Record an enqueued activation. Idempotent on the id (a second call changes nothing);
+    /// true when this call stored the row, false when a row with its id existed (another
+    /// process's intake recorded the same activation first: only the one that stored it
+    /// queues it).
+    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<bool>;
     async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()>;
     async fn record_finished(
         &self,

@@ -86,7 +86,42 @@ pub struct ChatArgs {
 }
 
 #[derive(Debug, Args)]
-pub struct StartArgs {}
+pub struct StartArgs {
+    /// What this process runs: `all` (everything, one process), `ingest` (chat platforms, the
+    /// HTTP API and console, cron, follow-ups, the intake that queues waiting messages) or
+    /// `worker` (the worker pool: turns). `ingest` and `worker` need `[broker] url` (Redis):
+    /// they share its queue.
+    #[arg(long, value_enum, default_value_t = Role::All)]
+    pub role: Role,
+}
+
+/// What a `kesoku start` process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Role {
+    All,
+    Ingest,
+    Worker,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::All => "all",
+            Role::Ingest => "ingest",
+            Role::Worker => "worker",
+        }
+    }
+
+    /// Whether this process takes work in (chat platforms, HTTP, cron, follow-ups, intake).
+    pub fn ingests(self) -> bool {
+        matches!(self, Role::All | Role::Ingest)
+    }
+
+    /// Whether this process runs turns.
+    pub fn works(self) -> bool {
+        matches!(self, Role::All | Role::Worker)
+    }
+}
 
 /// Which systemd manager a unit belongs to.
 #[derive(Debug, Clone, Args)]

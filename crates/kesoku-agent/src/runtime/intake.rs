@@ -1,7 +1,13 @@
 //! Intake: each message that waits for the agent becomes an activation, recorded in the ledger
 //! and then queued on its lane, in the order the messages arrive. No activation is queued
 //! before its ledger row is stored.
-
+//!
+//! Exactly once across processes: every intake (each `ingest` or `all` process) hears every
+//! waiting message, so the activation's id is derived from what they all see alike, the
+//! message's id and the store revision at which it waits ([`dispatch_id`]); the ledger insert
+//! reports whether it stored the row, and only the intake that stored it queues it. A message
+//! handed back to `pending_agent` later waits at a newer revision: a new dispatch, a new id.
+//! The crash between the ledger insert and the push is covered by [`Agent::sweep`].
 use chrono::Utc;
 use futures::StreamExt;
 use kesoku_broker::StopReason;
@@ -13,7 +19,7 @@ use kesoku_core::{
 use kesoku_gateway::ListenFrom;
 use tokio_util::sync::CancellationToken;
 
-use super::{Agent, lock};
+use super::Agent;
 use crate::config::QueueMode;
 use crate::error::AgentError;
 
@@ -36,7 +42,7 @@ impl Agent {
                 let agent = agent.clone();
                 async move {
                     match event {
-                        Ok(event) => agent.record(event.message).await,
+                        Ok(event) => agent.record(event.message, event.rev).await,
                         Err(error) => {
                             tracing::warn!(%error, "reading pending work failed; will catch up on the next event");
                             Ok(None)
@@ -57,33 +63,35 @@ impl Agent {
                 Some(Ok(None)) => continue,
                 Some(Err((message_id, error))) => {
                     tracing::error!(%error, %message_id, "recording a message's activation failed; it stays pending");
-                    lock(&self.inner.queued).remove(&message_id);
                     continue;
                 }
             };
             if let Err(error) = self.dispatch(&message, activation).await {
-                tracing::error!(%error, message_id = %message.id, "queueing a message failed; it stays pending");
-                lock(&self.inner.queued).remove(&message.id);
+                tracing::error!(%error, message_id = %message.id, "queueing a message failed; the sweep queues it again");
             }
         }
     }
 
-    /// The activation of `message`, its ledger row stored; `None` when the message is queued
-    /// already (announced again while its activation waits).
-    async fn record(&self, message: Message) -> Result<Option<(Message, Activation)>, (MessageId, AgentError)> {
-        if !lock(&self.inner.queued).insert(message.id.clone()) {
-            return Ok(None);
-        }
-        let activation = self.activation_for(&message);
+    /// The activation of `message` waiting at revision `rev`, its ledger row stored by this
+    /// call; `None` when the row existed (this process or another one recorded this dispatch
+    /// already, and queued it or will).
+    pub(super) async fn record(
+        &self,
+        message: Message,
+        rev: i64,
+    ) -> Result<Option<(Message, Activation)>, (MessageId, AgentError)> {
+        let mut activation = self.activation_for(&message);
+        activation.id = dispatch_id(&message.id, rev);
         match self.inner.deps.ledger.record_enqueued(&LedgerEntry::enqueued(&activation)).await {
-            Ok(()) => Ok(Some((message, activation))),
+            Ok(true) => Ok(Some((message, activation))),
+            Ok(false) => Ok(None),
             Err(error) => Err((message.id, error.into())),
         }
     }
 
     /// Stop an older turn of the session when the channel's mode says so, and queue the
     /// activation (its ledger row is stored: every run has its row, whichever process runs it).
-    async fn dispatch(&self, message: &Message, activation: Activation) -> Result<(), AgentError> {
+    pub(super) async fn dispatch(&self, message: &Message, activation: Activation) -> Result<(), AgentError> {
         let deps = &self.inner.deps;
         let mode = deps.config.queue_mode_for(&message.chatbot_id, &message.channel_id);
         if is_human(message) && mode == QueueMode::Interrupt {
@@ -237,6 +245,12 @@ impl Agent {
             payload,
         }
     }
+}
+
+/// The id of the activation of `message_id` waiting for the agent at store revision `rev`:
+/// the same in every process that hears it (`act_<message id>@<rev>`).
+pub fn dispatch_id(message_id: &MessageId, rev: i64) -> ActivationId {
+    ActivationId::from(format!("{}_{message_id}@{rev}", ActivationId::PREFIX))
 }
 
 /// What the message asks for: its `metadata.activation`, or a workflow for a Cronjob Trigger

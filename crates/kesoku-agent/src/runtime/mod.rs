@@ -17,6 +17,7 @@ mod intake;
 mod maintenance;
 mod model_log;
 mod recovery;
+mod sweep;
 mod visibility;
 mod worker;
 
@@ -37,7 +38,9 @@ use kesoku_tools::Registry;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+pub use intake::dispatch_id;
 pub use recovery::RecoveryReport;
+pub use sweep::SweepReport;
 
 use crate::config::{AgentConfig, LaneLimits};
 use crate::entries;
@@ -102,6 +105,24 @@ pub struct AgentDeps {
     pub intro: Option<String>,
     /// The configured agents (`[[agents]]`), their intros read; empty: the default agent only.
     pub personas: crate::personas::Personas,
+}
+
+/// Which tasks [`Agent::run_tasks`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tasks {
+    /// Intake (waiting messages → ledger rows → queue), its sweep, the sub-agent result keeper.
+    pub intake: bool,
+    /// The worker pool and the stop signals for its turns.
+    pub workers: bool,
+}
+
+impl Tasks {
+    /// Everything: one process does it all.
+    pub const ALL: Tasks = Tasks { intake: true, workers: true };
+    /// Intake only (`kesoku start --role ingest`).
+    pub const INTAKE: Tasks = Tasks { intake: true, workers: false };
+    /// Workers only (`kesoku start --role worker`).
+    pub const WORKERS: Tasks = Tasks { intake: false, workers: true };
 }
 
 /// A turn running in this process.
@@ -211,21 +232,31 @@ impl Agent {
     /// Run intake, stop signals and the worker pool until `shutdown` fires; then give running
     /// turns `grace` to finish before stopping them (their messages go back to `pending_agent`).
     pub async fn run(&self, shutdown: CancellationToken, grace: Duration) {
+        self.run_tasks(Tasks::ALL, shutdown, grace).await;
+    }
+
+    /// [`Agent::run`] with only some of its tasks: the intake side (intake, its sweep, the
+    /// sub-agent result keeper) and the worker side (the worker pool and the stop signals that
+    /// reach its turns), for processes that split them over a shared queue.
+    pub async fn run_tasks(&self, which: Tasks, shutdown: CancellationToken, grace: Duration) {
         let mut tasks = JoinSet::new();
-        {
+        if which.intake {
             let agent = self.clone();
-            let shutdown = shutdown.clone();
-            tasks.spawn(async move { agent.intake(shutdown).await });
+            let shutdown_intake = shutdown.clone();
+            tasks.spawn(async move { agent.intake(shutdown_intake).await });
+            let agent = self.clone();
+            let shutdown_sweep = shutdown.clone();
+            tasks.spawn(async move { agent.sweep(shutdown_sweep).await });
+            // Sub-agents' results go back to their parents; stopped parents stop their children.
+            tasks.spawn(crate::subagents::ResultKeeper::new(self.inner.deps.gateway.clone()).run(shutdown.clone()));
         }
         let controls_stop = CancellationToken::new();
-        let controls = {
+        let controls = which.workers.then(|| {
             let agent = self.clone();
             let stop = controls_stop.clone();
             tokio::spawn(async move { agent.controls(stop).await })
-        };
-        // Sub-agents' results go back to their parents; stopped parents stop their children.
-        tasks.spawn(crate::subagents::ResultKeeper::new(self.inner.deps.gateway.clone()).run(shutdown.clone()));
-        let workers = self.inner.deps.config.max_concurrent_turns.max(1);
+        });
+        let workers = if which.workers { self.inner.deps.config.max_concurrent_turns.max(1) } else { 0 };
         for _ in 0..workers {
             let agent = self.clone();
             let shutdown = shutdown.clone();
@@ -244,7 +275,9 @@ impl Agent {
         while tasks.join_next().await.is_some() {}
         stopper.abort();
         controls_stop.cancel();
-        let _ = controls.await;
+        if let Some(controls) = controls {
+            let _ = controls.await;
+        }
     }
 
     /// Stop signals: a stop for a session whose turn runs here stops that turn.

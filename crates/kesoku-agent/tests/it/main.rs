@@ -9,6 +9,7 @@ mod agents;
 mod compaction;
 mod followups;
 mod harness;
+mod intake;
 mod interruption;
 mod jobs;
 mod kinds;

@@ -123,7 +123,7 @@ struct RefusingLedger {
 
 #[async_trait::async_trait]
 impl kesoku_store::Ledger for RefusingLedger {
-    async fn record_enqueued(&self, entry: &kesoku_core::LedgerEntry) -> kesoku_store::StoreResult<()> {
+    async fn record_enqueued(&self, entry: &kesoku_core::LedgerEntry) -> kesoku_store::StoreResult<bool> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
             return Err(kesoku_store::StoreError::Migration("disk full (test)".to_owned()));
         }

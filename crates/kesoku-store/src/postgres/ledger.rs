@@ -17,8 +17,8 @@ use crate::{Ledger, LedgerFilter};
 
 #[async_trait]
 impl Ledger for PgStore {
-    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()> {
-        sqlx::query(AssertSqlSafe(format!(
+    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<bool> {
+        let done = sqlx::query(AssertSqlSafe(format!(
             "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
              ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18) \
              ON CONFLICT (id) DO NOTHING"
@@ -43,7 +43,7 @@ impl Ledger for PgStore {
         .bind(entry.agent.as_deref())
         .execute(&self.pool)
         .await?;
-        Ok(())
+        Ok(done.rows_affected() == 1)
     }
 
     async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()> {

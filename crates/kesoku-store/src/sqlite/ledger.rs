@@ -18,36 +18,37 @@ use crate::{Ledger, LedgerFilter};
 
 #[async_trait]
 impl Ledger for SqliteStore {
-    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<()> {
+    async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<bool> {
         let entry = entry.clone();
         self.engine
             .write(move |conn| {
-                conn.prepare_cached(&format!(
-                    "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
+                let stored = conn
+                    .prepare_cached(&format!(
+                        "INSERT INTO activations ({LEDGER_COLUMNS}) VALUES \
                  (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18) \
                  ON CONFLICT (id) DO NOTHING"
-                ))?
-                .execute(params![
-                    entry.id.as_str(),
-                    entry.kind.as_str(),
-                    entry.lane.as_str(),
-                    entry.session_id.as_str(),
-                    entry.message_id.as_ref().map(MessageId::as_str),
-                    entry.triggered_by,
-                    entry.delegation_user.as_deref(),
-                    i64::from(entry.depth),
-                    time_text(entry.enqueued_at),
-                    entry.started_at.map(time_text),
-                    entry.finished_at.map(time_text),
-                    entry.outcome.map(Outcome::as_str),
-                    entry.error.as_deref(),
-                    decode::count(entry.usage.model_calls),
-                    decode::count(entry.usage.tool_calls),
-                    decode::count(entry.usage.input_tokens),
-                    decode::count(entry.usage.output_tokens),
-                    entry.agent.as_deref(),
-                ])?;
-                Ok(())
+                    ))?
+                    .execute(params![
+                        entry.id.as_str(),
+                        entry.kind.as_str(),
+                        entry.lane.as_str(),
+                        entry.session_id.as_str(),
+                        entry.message_id.as_ref().map(MessageId::as_str),
+                        entry.triggered_by,
+                        entry.delegation_user.as_deref(),
+                        i64::from(entry.depth),
+                        time_text(entry.enqueued_at),
+                        entry.started_at.map(time_text),
+                        entry.finished_at.map(time_text),
+                        entry.outcome.map(Outcome::as_str),
+                        entry.error.as_deref(),
+                        decode::count(entry.usage.model_calls),
+                        decode::count(entry.usage.tool_calls),
+                        decode::count(entry.usage.input_tokens),
+                        decode::count(entry.usage.output_tokens),
+                        entry.agent.as_deref(),
+                    ])?;
+                Ok(stored == 1)
             })
             .await
     }

@@ -43,13 +43,16 @@ async fn ledger_records_an_activation_from_enqueued_to_finished(b: &Backend) {
     };
     let mut e3 = entry("act_3", "s2", 2);
     for e in [&e1, &e2, &e3] {
-        b.ledger.record_enqueued(e).await.expect("enqueue");
+        assert!(b.ledger.record_enqueued(e).await.expect("enqueue"), "{} is new", e.id);
     }
-    // Idempotent: a second record of the same id changes nothing.
-    b.ledger
+    // Idempotent: a second record of the same id changes nothing, and says it stored nothing
+    // (how several intakes agree on which one queues an activation).
+    let again = b
+        .ledger
         .record_enqueued(&LedgerEntry { triggered_by: "someone else".to_owned(), ..e1.clone() })
         .await
         .expect("again");
+    assert!(!again, "a second record of the same id reports that the row existed");
     assert_eq!(b.ledger.get_activation(&e1.id).await.expect("get").as_ref(), Some(&e1));
     assert_eq!(b.ledger.get_activation(&e2.id).await.expect("get").as_ref(), Some(&e2));
     assert_eq!(b.ledger.get_activation(&ActivationId::from("act_none")).await.expect("get"), None);

@@ -22,6 +22,14 @@
 //! the pid) refuses a second one and tells `kesoku chat` to act as a client. Two agents on one
 //! store would still be safe (claims are atomic), only wasteful.
 //!
+//! Roles (`--role`): `all` runs everything above; `ingest` runs the inputs and the intake (no
+//! turns); `worker` runs the worker pool and the stop signals for its turns (no chat platforms,
+//! no HTTP, no cron, no follow-ups). `ingest` and `worker` need `[broker] url`: without a
+//! shared queue, what one process queues no other could take. With `[broker] url` set, any
+//! number of processes of any role share the workspace, so the lock is not taken at all (the
+//! exactly-once intake and the claims keep them apart; `kesoku chat` then runs its own turns
+//! as one more process of the cluster).
+//!
 //! Background jobs (`run_shell_command` with `background`) are offered by the service only: it
 //! recovers them at start (adopting the running ones, reporting the ended and lost ones) and
 //! stops watching them, not the jobs, at shutdown.
@@ -40,7 +48,7 @@ use kesoku_core::{MessageFilter, Status};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use crate::cli::StartArgs;
+use crate::cli::{Role, StartArgs};
 use crate::config::Config;
 use crate::wiring;
 
@@ -112,9 +120,20 @@ pub fn running_service(config: &Config) -> Option<u32> {
     }
 }
 
-pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode> {
+pub async fn run(config: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> {
+    let role = args.role;
+    let shared = config.broker.url.is_some();
+    if role != Role::All && !shared {
+        bail!(
+            "`kesoku start --role {}` needs a shared queue: set [broker] url = \"redis://host:6379\" in {} \
+             (every ingest and worker process must use the same one), or run `kesoku start` (role all) alone",
+            role.as_str(),
+            config.path.display()
+        );
+    }
     let models = wiring::build_models(config).await.context("cannot start the service")?;
-    let _lock = ServiceLock::acquire(config)?;
+    // One process per workspace, unless processes share a broker (then several are the point).
+    let _lock = if shared { None } else { Some(ServiceLock::acquire(config)?) };
     let grace = Duration::from_secs(config.service.shutdown_grace_s);
     // Listen before anything runs, so a signal during start-up is not the default "die now".
     let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
@@ -126,8 +145,11 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     let agent = wiring::build_service_agent(config, &handle, gateway.clone(), models, &followups, &jobs).await?;
     let report = agent.recover().await.context("recovering unfinished work")?;
     // Background jobs left running by the last run: still running ones are watched again, ended
-    // or lost ones are reported now (their alerts wait as `pending_agent` for the agent).
-    if let Err(error) = jobs.recover().await {
+    // or lost ones are reported now (their alerts wait as `pending_agent` for the agent). Jobs
+    // run where turns run: workers watch them.
+    if role.works()
+        && let Err(error) = jobs.recover().await
+    {
         tracing::warn!(%error, "recovering background jobs failed; they are looked at again at the next start");
     }
     let waiting = gateway.store().list_messages(&MessageFilter::status(Status::PendingAgent)).await?.len();
@@ -140,30 +162,43 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     );
 
     let shutdown = CancellationToken::new();
+    let tasks = match role {
+        Role::All => kesoku_agent::Tasks::ALL,
+        Role::Ingest => kesoku_agent::Tasks::INTAKE,
+        Role::Worker => kesoku_agent::Tasks::WORKERS,
+    };
     let mut agent_task = {
         let agent = agent.clone();
         let shutdown = shutdown.clone();
-        tokio::spawn(async move { agent.run(shutdown, grace).await })
+        tokio::spawn(async move { agent.run_tasks(tasks, shutdown, grace).await })
     };
     let watch = wiring::spawn_store_watch(config, gateway.clone(), shutdown.clone());
-    // Chat platforms: each connects (inbound) and gets the shared delivery routine (outbound).
-    let chatbots = crate::platforms::start_all(&crate::platforms::Platform {
-        config,
-        handle: &handle,
-        gateway: &gateway,
-        control: std::sync::Arc::new(crate::control::AgentHandle(agent.clone())),
-        shutdown: &shutdown,
-    })?;
-    // Cron jobs post their trigger messages on schedule.
-    let cron = tokio::spawn(kesoku_chatbots::cron::run_cron(gateway.clone(), config.cron.clone(), shutdown.clone()));
-    // Follow-ups the agent scheduled fire as they come due (those due while it was down, now).
-    let followups = tokio::spawn(followups.run(shutdown.clone()));
-    // HTTP when configured: the API, the console and the `api` chatbot's delivery.
-    let http = match &config.http {
-        Some(section) => Some(start_http(config, section, &handle, &gateway, &agent, &shutdown).await?),
-        None => None,
-    };
+    let mut inputs = Vec::new();
+    let mut http = None;
+    if role.ingests() {
+        // Chat platforms: each connects (inbound) and gets the shared delivery routine (outbound).
+        inputs.extend(crate::platforms::start_all(&crate::platforms::Platform {
+            config,
+            handle: &handle,
+            gateway: &gateway,
+            control: std::sync::Arc::new(crate::control::AgentHandle(agent.clone())),
+            shutdown: &shutdown,
+        })?);
+        // Cron jobs post their trigger messages on schedule.
+        inputs.push(tokio::spawn(kesoku_chatbots::cron::run_cron(
+            gateway.clone(),
+            config.cron.clone(),
+            shutdown.clone(),
+        )));
+        // Follow-ups the agent scheduled fire as they come due (those due while it was down, now).
+        inputs.push(tokio::spawn(followups.run(shutdown.clone())));
+        // HTTP when configured: the API, the console and the `api` chatbot's delivery.
+        if let Some(section) = &config.http {
+            http = Some(start_http(config, section, &handle, &gateway, &agent, &shutdown).await?);
+        }
+    }
     tracing::info!(
+        role = role.as_str(),
         pid = std::process::id(),
         workspace = %config.workspace_dir.display(),
         inputs = "store (kesoku chat and other processes; pending work)",
@@ -216,10 +251,8 @@ pub async fn run(config: &Config, _args: &StartArgs) -> anyhow::Result<ExitCode>
     // the next start reports the ones that end meanwhile.
     jobs.shutdown().await;
     let _ = watch.await;
-    let _ = cron.await;
-    let _ = followups.await;
-    for chatbot in chatbots {
-        let _ = chatbot.await;
+    for input in inputs {
+        let _ = input.await;
     }
     if let Some(http) = http {
         let _ = http.task.await;
