@@ -259,6 +259,12 @@ pub trait Ledger: Send + Sync + 'static {
     /// process's intake recorded the same activation first: only the one that stored it
     /// queues it).
     async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<bool>;
+    /// Record that the activation started. Like [`Ledger::record_finished`], it leaves a row
+    /// that ended with an outcome of its own (anything but `cancelled`) as it is: that outcome is
+    /// final, and a second delivery of the same activation (a process killed after finishing it
+    /// but before acknowledging it) finds its message taken and must not rewrite it. A
+    /// `cancelled` row (closed by recovery, or a run that found its message taken) may still
+    /// be rewritten by a run that went further.
     async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()>;
     async fn record_finished(
         &self,

@@ -15,6 +15,14 @@ use crate::error::StoreResult;
 use crate::sql::{Arg, ERROR_WITH_NOTE, LEDGER_COLUMNS, Query};
 use crate::{Ledger, LedgerFilter};
 
+impl PgStore {
+    async fn activation_exists(&self, id: &ActivationId) -> StoreResult<bool> {
+        let row =
+            sqlx::query("SELECT 1 FROM activations WHERE id = $1").bind(id.as_str()).fetch_optional(&self.pool).await?;
+        Ok(row.is_some())
+    }
+}
+
 #[async_trait]
 impl Ledger for PgStore {
     async fn record_enqueued(&self, entry: &LedgerEntry) -> StoreResult<bool> {
@@ -47,12 +55,14 @@ impl Ledger for PgStore {
     }
 
     async fn record_started(&self, id: &ActivationId, at: DateTime<Utc>) -> StoreResult<()> {
-        let done = sqlx::query("UPDATE activations SET started_at = $2 WHERE id = $1")
-            .bind(id.as_str())
-            .bind(truncate(at))
-            .execute(&self.pool)
-            .await?;
-        if done.rows_affected() == 0 {
+        let done = sqlx::query(
+            "UPDATE activations SET started_at = $2 WHERE id = $1 AND (outcome IS NULL OR outcome = 'cancelled')",
+        )
+        .bind(id.as_str())
+        .bind(truncate(at))
+        .execute(&self.pool)
+        .await?;
+        if done.rows_affected() == 0 && !self.activation_exists(id).await? {
             return Err(not_found("activation", id.as_str()));
         }
         Ok(())
@@ -68,7 +78,7 @@ impl Ledger for PgStore {
     ) -> StoreResult<()> {
         let done = sqlx::query(
             "UPDATE activations SET finished_at = $2, outcome = $3, error = $4, model_calls = $5, tool_calls = $6, \
-             input_tokens = $7, output_tokens = $8 WHERE id = $1",
+             input_tokens = $7, output_tokens = $8 WHERE id = $1 AND (outcome IS NULL OR outcome = 'cancelled')",
         )
         .bind(id.as_str())
         .bind(truncate(at))
@@ -80,7 +90,7 @@ impl Ledger for PgStore {
         .bind(decode::count(usage.output_tokens))
         .execute(&self.pool)
         .await?;
-        if done.rows_affected() == 0 {
+        if done.rows_affected() == 0 && !self.activation_exists(id).await? {
             return Err(not_found("activation", id.as_str()));
         }
         Ok(())

@@ -58,9 +58,9 @@ impl Ledger for SqliteStore {
         self.engine
             .write(move |conn| {
                 let done = conn
-                    .prepare_cached("UPDATE activations SET started_at = ?2 WHERE id = ?1")?
+                    .prepare_cached("UPDATE activations SET started_at = ?2 WHERE id = ?1 AND (outcome IS NULL OR outcome = 'cancelled')")?
                     .execute(params![id, at])?;
-                if done == 0 {
+                if done == 0 && !activation_exists(conn, &id)? {
                     return Err(not_found("activation", &id));
                 }
                 Ok(())
@@ -82,7 +82,8 @@ impl Ledger for SqliteStore {
                 let done = conn
                     .prepare_cached(
                         "UPDATE activations SET finished_at = ?2, outcome = ?3, error = ?4, model_calls = ?5, \
-                     tool_calls = ?6, input_tokens = ?7, output_tokens = ?8 WHERE id = ?1",
+                     tool_calls = ?6, input_tokens = ?7, output_tokens = ?8 WHERE id = ?1 \
+                     AND (outcome IS NULL OR outcome = 'cancelled')",
                     )?
                     .execute(params![
                         id,
@@ -94,7 +95,7 @@ impl Ledger for SqliteStore {
                         decode::count(usage.input_tokens),
                         decode::count(usage.output_tokens),
                     ])?;
-                if done == 0 {
+                if done == 0 && !activation_exists(conn, &id)? {
                     return Err(not_found("activation", &id));
                 }
                 Ok(())
@@ -185,4 +186,11 @@ mod tests {
         assert!(plan.contains("USING INDEX activations_message (message_id=?)"), "{plan}");
         store.close().await;
     }
+}
+
+/// Whether a ledger row with this id exists (a write that changed no row either found none or
+/// found it final).
+fn activation_exists(conn: &rusqlite::Connection, id: &str) -> StoreResult<bool> {
+    let found = conn.prepare_cached("SELECT 1 FROM activations WHERE id = ?1")?.exists(params![id])?;
+    Ok(found)
 }

@@ -8,6 +8,7 @@ use crate::backend_tests;
 use crate::harness::{Backend, t0};
 
 backend_tests!(ledger_records_an_activation_from_enqueued_to_finished);
+backend_tests!(a_cancelled_row_is_rewritten_by_a_run_that_went_further);
 
 pub(crate) fn entry(id: &str, session: &str, minutes: i64) -> LedgerEntry {
     LedgerEntry {
@@ -89,6 +90,12 @@ async fn ledger_records_an_activation_from_enqueued_to_finished(b: &Backend) {
     };
     e3 = LedgerEntry { started_at: Some(at(240)), ..e3 };
     assert_eq!(b.ledger.get_activation(&e1.id).await.expect("get"), Some(e1.clone()));
+    // A second delivery of a finished activation finds its message taken: its start and its
+    // `cancelled` end leave the row's own outcome as it was.
+    b.ledger.record_started(&e1.id, at(300)).await.expect("a second start is not an error");
+    let taken = "the message was no longer pending";
+    b.ledger.record_finished(&e1.id, at(301), Outcome::Cancelled, Some(taken), &Usage::default()).await.expect("again");
+    assert_eq!(b.ledger.get_activation(&e1.id).await.expect("get"), Some(e1.clone()), "a final outcome stays");
 
     let ids = |list: Vec<LedgerEntry>| list.into_iter().map(|e| e.id.into_string()).collect::<Vec<_>>();
     let all = b.ledger.list_activations(&LedgerFilter::default()).await.expect("list");
@@ -120,4 +127,23 @@ async fn ledger_records_an_activation_from_enqueued_to_finished(b: &Backend) {
     let error =
         b.ledger.record_finished(&missing, at(1), Outcome::Failed, None, &Usage::default()).await.expect_err("missing");
     assert!(matches!(&error, StoreError::NotFound { what: "activation", .. }), "{error:?}");
+}
+
+async fn a_cancelled_row_is_rewritten_by_a_run_that_went_further(b: &Backend) {
+    let at = |seconds: i64| t0() + Span::seconds(seconds);
+    // A `cancelled` row (recovery closed it) is rewritten by a run that went further.
+    let e4 = entry("act_4", "s3", 3);
+    b.ledger.record_enqueued(&e4).await.expect("enqueue 4");
+    b.ledger
+        .record_finished(&e4.id, at(250), Outcome::Cancelled, Some("closed"), &Usage::default())
+        .await
+        .expect("close");
+    b.ledger.record_started(&e4.id, at(260)).await.expect("start 4");
+    b.ledger.record_finished(&e4.id, at(270), Outcome::Succeeded, None, &Usage::default()).await.expect("finish 4");
+    let e4 = b.ledger.get_activation(&e4.id).await.expect("get").expect("row 4");
+    assert_eq!((e4.started_at, e4.finished_at, e4.outcome), (Some(at(260)), Some(at(270)), Some(Outcome::Succeeded)));
+    assert!(
+        b.ledger.record_started(&ActivationId::from("act_none"), at(300)).await.is_err(),
+        "starting a row that does not exist is still an error"
+    );
 }

@@ -4,6 +4,7 @@
 
 mod agents;
 mod chat;
+mod cluster;
 mod discord;
 mod followups;
 mod google_chat;

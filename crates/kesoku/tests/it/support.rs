@@ -79,13 +79,19 @@ pub struct Service {
 impl Service {
     /// Start `kesoku start` on `workspace` with `env` added (`KESOKU_LOG` unset unless given).
     pub fn spawn(workspace: &Workspace, log_name: &str, env: &[(&str, &str)]) -> Service {
+        Self::spawn_with(workspace, log_name, env, &["start"])
+    }
+
+    /// Start `kesoku start …` with these arguments (`["start", "--role", "worker"]`).
+    pub fn spawn_with(workspace: &Workspace, log_name: &str, env: &[(&str, &str)], args: &[&str]) -> Service {
         let log = workspace.path().join(log_name);
         let file = std::fs::File::create(&log).expect("create the log file");
         let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_kesoku"));
         command
             .arg("-c")
             .arg(&workspace.config)
-            .args(["--log-format", "json", "start"])
+            .args(["--log-format", "json"])
+            .args(args)
             .current_dir(workspace.path())
             .env_remove("KESOKU_CONFIG")
             .env_remove("KESOKU_LOG")
