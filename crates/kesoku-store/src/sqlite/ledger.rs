@@ -163,6 +163,13 @@ impl Ledger for SqliteStore {
     }
 }
 
+/// Whether a ledger row with this id exists (a write that changed no row either found none or
+/// found it final).
+fn activation_exists(conn: &rusqlite::Connection, id: &str) -> StoreResult<bool> {
+    let found = conn.prepare_cached("SELECT 1 FROM activations WHERE id = ?1")?.exists(params![id])?;
+    Ok(found)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,11 +193,4 @@ mod tests {
         assert!(plan.contains("USING INDEX activations_message (message_id=?)"), "{plan}");
         store.close().await;
     }
-}
-
-/// Whether a ledger row with this id exists (a write that changed no row either found none or
-/// found it final).
-fn activation_exists(conn: &rusqlite::Connection, id: &str) -> StoreResult<bool> {
-    let found = conn.prepare_cached("SELECT 1 FROM activations WHERE id = ?1")?.exists(params![id])?;
-    Ok(found)
 }

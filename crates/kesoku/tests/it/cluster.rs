@@ -317,3 +317,17 @@ async fn three_processes_on_postgres_and_redis_run_every_message_once() {
     drop(store);
     db.cleanup().await;
 }
+
+#[tokio::test]
+async fn a_split_role_without_a_shared_broker_is_refused_saying_why() {
+    let workspace = Workspace::with_config(&crate::support::mock_model("http://127.0.0.1:9/v1"));
+    let init = workspace.run(&["init"], &[KEY]).await;
+    assert!(init.status.success(), "init failed: {}", stderr(&init));
+    for role in ["ingest", "worker"] {
+        let output = workspace.run(&["start", "--role", role], &[KEY]).await;
+        assert!(!output.status.success(), "--role {role} without [broker] url must not start");
+        let err = stderr(&output);
+        assert!(err.contains(&format!("`kesoku start --role {role}` needs a shared queue")), "{err}");
+        assert!(err.contains("[broker] url"), "{err}");
+    }
+}
