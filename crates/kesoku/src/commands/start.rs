@@ -201,10 +201,10 @@ pub async fn run(config: &Config, args: &StartArgs) -> anyhow::Result<ExitCode> 
         role = role.as_str(),
         pid = std::process::id(),
         workspace = %config.workspace_dir.display(),
-        inputs = "store (kesoku chat and other processes; pending work)",
+        inputs = if role.ingests() { "store (kesoku chat and other processes; pending work)" } else { "none (a worker)" },
         http = http.as_ref().map_or_else(|| "off".to_owned(), |h| h.addr.to_string()),
-        chatbots = %config.chatbots.describe(),
-        cron_jobs = config.cron.len(),
+        chatbots = %if role.ingests() { config.chatbots.describe() } else { "none (a worker)".to_owned() },
+        cron_jobs = if role.ingests() { config.cron.len() } else { 0 },
         shutdown_grace_s = grace.as_secs(),
         "kesoku service started"
     );
