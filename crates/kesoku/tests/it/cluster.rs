@@ -2,7 +2,9 @@
 //! Done-when): one `--role ingest` process with the HTTP API and two `--role worker` processes,
 //! messages sent through the API, one worker SIGKILLed mid-run; then the store must show every
 //! user message `processed` exactly once, no reply duplicated, no session running two turns at
-//! once, and an interruption sent to the ingest process stopping a turn on a worker.
+//! once, and an interruption sent to the ingest process stopping a turn on a worker. Then a
+//! worker is stopped by SIGTERM with a turn running: it exits cleanly, the turn is handed back
+//! and a newly started worker takes it.
 //!
 //! Real servers only (`KESOKU_TEST_POSTGRES_URL`, `KESOKU_TEST_REDIS_URL`; skipped saying so
 //! when unset, failing when `KESOKU_REQUIRE_SERVERS=1`), each run on its own schema and Redis
@@ -273,11 +275,30 @@ async fn three_processes_on_postgres_and_redis_run_every_message_once() {
         );
     }
 
-    // The survivors drain on SIGTERM.
-    let (ingest_status, ingest) = ingest.terminate().await;
+    // SIGTERM drains a worker: a turn still running after the grace is handed back (its
+    // message waits again), and another worker takes it.
+    let drained = send(&client, &base, "drain", &format!("{SLOW} (drain)")).await;
+    wait_for("the drained turn to reach the model", Duration::from_secs(60), || async {
+        status_of(&store, &drained).await == Status::Processing
+            && model.requests().iter().any(|request| request.body.to_string().contains("(drain)"))
+    })
+    .await;
     let (worker_status, worker_a) = worker_a.terminate().await;
-    assert!(ingest_status.success(), "the ingest process stops cleanly: {}", ingest.log());
     assert!(worker_status.success(), "the worker stops cleanly: {}", worker_a.log());
+    assert_eq!(status_of(&store, &drained).await, Status::PendingAgent, "the unfinished turn was handed back");
+    let worker_c = Service::spawn_with(&workspace, "worker-c.log", &[KEY], &["start", "--role", "worker"]);
+    let worker_c_pid = format!("/{}/", worker_c.pid());
+    wait_for("another worker to take the handed-back message", Duration::from_secs(60), || async {
+        status_of(&store, &drained).await == Status::Processing
+            && store.store.claim_of(&drained).await.ok().flatten().is_some_and(|c| c.claimed_by.contains(&worker_c_pid))
+    })
+    .await;
+
+    // The rest drain on SIGTERM.
+    let (ingest_status, ingest) = ingest.terminate().await;
+    assert!(ingest_status.success(), "the ingest process stops cleanly: {}", ingest.log());
+    let (worker_status, worker_c) = worker_c.terminate().await;
+    assert!(worker_status.success(), "the worker stops cleanly: {}", worker_c.log());
 
     // Read everything back from the store.
     let rows = store.ledger.list_activations(&LedgerFilter::default()).await.expect("the ledger");
