@@ -123,6 +123,14 @@ pub struct BrokerSection {
     /// was killed) before another process takes it over.
     #[serde(default = "default_reclaim_after_s")]
     pub reclaim_after_s: u64,
+    /// Seconds a session's lease lasts without a renewal (workers renew every third of it):
+    /// after a process is killed, its sessions' next turns wait at most this long.
+    #[serde(default = "default_lease_ttl_s")]
+    pub lease_ttl_s: u64,
+}
+
+fn default_lease_ttl_s() -> u64 {
+    30
 }
 
 fn default_broker_prefix() -> String {
@@ -135,7 +143,12 @@ fn default_reclaim_after_s() -> u64 {
 
 impl Default for BrokerSection {
     fn default() -> Self {
-        BrokerSection { url: None, prefix: default_broker_prefix(), reclaim_after_s: default_reclaim_after_s() }
+        BrokerSection {
+            url: None,
+            prefix: default_broker_prefix(),
+            reclaim_after_s: default_reclaim_after_s(),
+            lease_ttl_s: default_lease_ttl_s(),
+        }
     }
 }
 
@@ -160,6 +173,9 @@ impl BrokerSection {
         }
         if self.reclaim_after_s == 0 {
             return Err("reclaim_after_s must be at least 1".into());
+        }
+        if self.lease_ttl_s == 0 || self.lease_ttl_s > 86_400 {
+            return Err("lease_ttl_s must be between 1 and 86400 seconds (the default is 30)".into());
         }
         Ok(())
     }

@@ -267,6 +267,7 @@ async fn build_agent_with(
         .with_context(|| format!("{}: [[agents]]", config.path.display()))?;
     // Lane caps sized for the worker pool: a quarter of it always free of automation.
     let queue = build_queue(config, profile.agent.max_concurrent_turns).await?;
+    let leasing = build_leasing(config).await?;
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
@@ -278,6 +279,20 @@ async fn build_agent_with(
         limits: config.limits.clone(),
         intro,
         personas: kesoku_agent::Personas::new(personas),
+        leasing,
+    }))
+}
+
+/// Session leases across processes when `[broker] url` names a Redis (on its prefix); none in
+/// one process, where the queue hands a session to one worker at a time.
+pub async fn build_leasing(config: &Config) -> anyhow::Result<Option<kesoku_agent::SessionLeasing>> {
+    let Some(options) = config.broker.redis() else { return Ok(None) };
+    let leases = kesoku_broker::lease::RedisLeases::connect(&options.url, options.prefix.clone())
+        .await
+        .with_context(|| format!("{}: [broker] url: session leases", config.path.display()))?;
+    Ok(Some(kesoku_agent::SessionLeasing {
+        leases: Arc::new(leases),
+        ttl: std::time::Duration::from_secs(config.broker.lease_ttl_s),
     }))
 }
 

@@ -225,6 +225,7 @@ async fn boot_with(
         limits: options.limits,
         intro: None,
         personas: options.personas,
+        leasing: None,
     });
     agent.recover().await.expect("recover");
     let shutdown = CancellationToken::new();
