@@ -12,6 +12,7 @@ mod harness;
 mod interruption;
 mod jobs;
 mod kinds;
+mod leases;
 mod recovery;
 mod subagents;
 mod turns;
