@@ -421,3 +421,18 @@ fn an_agents_tool_that_is_not_configured_is_refused_naming_the_known_ones() {
     let fine = parse("[[agents]]\nname = \"Ana\"\nchannels = [\"api\"]\ntools = [\"read_file\"]\n");
     assert!(super::check_agent_tools(&fine.agents, known.into_iter()).is_ok());
 }
+
+/// `deploy/kesoku.toml`, the config every process of `deploy/compose.yaml` reads, loads with the
+/// keys the README documents: Redis shared, PostgreSQL pooled, the API open to the network
+/// behind a token.
+#[test]
+fn the_deployment_example_config_loads() {
+    let config = Config::parse(Path::new("/etc/kesoku/kesoku.toml"), include_str!("../../../../deploy/kesoku.toml"))
+        .unwrap_or_else(|error| panic!("deploy/kesoku.toml: {error:#}"));
+    let redis = config.broker.redis().expect("the deployment shares a redis");
+    assert_eq!((redis.url.as_str(), redis.prefix.as_str()), ("redis://redis:6379", "kesoku"));
+    assert!(config.database_url.starts_with("postgres://kesoku@postgres:5432/"), "{}", config.database_url);
+    assert_eq!(config.database.pool(), kesoku_store::PgPoolSettings::default(), "the example spells out the defaults");
+    let http = config.http.as_ref().expect("the ingest serves the api");
+    assert_eq!(http.token_env.as_deref(), Some("KESOKU_HTTP_TOKEN"));
+}
