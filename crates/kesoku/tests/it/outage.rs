@@ -1,9 +1,11 @@
-//! `kesoku start` on Redis (`[broker] url`) riding out a Redis outage: the real binary, a mock
-//! model, and the real Redis behind a TCP proxy the test cuts and restores. While cut the
-//! process stays up (`/healthz`), says it is not ready naming the broker (`/readyz`), and keeps
-//! taking messages through the API; once Redis is back it is ready again and answers them.
-//! Needs `KESOKU_TEST_REDIS_URL` (skipped, saying so, when unset; failed when
-//! `KESOKU_REQUIRE_SERVERS=1`).
+//! `kesoku start` on PostgreSQL and Redis riding out an outage of each: the real binary, a mock
+//! model, and the real server behind a TCP proxy the test cuts and restores. While cut the
+//! process stays up (`/healthz`) and says it is not ready naming the dependency (`/readyz`).
+//! Redis cut: messages posted through the API are still taken, and answered once Redis is back.
+//! PostgreSQL cut: a post is refused with a 5xx (nothing can be stored); once it is back the
+//! process is ready again and answers. Needs `KESOKU_TEST_REDIS_URL` (and
+//! `KESOKU_TEST_POSTGRES_URL`); skipped, saying so, when unset; failed when
+//! `KESOKU_REQUIRE_SERVERS=1`.
 
 use kesoku_test_support::db::servers_required;
 use kesoku_test_support::mock_llm::{MOCK_API_KEY, MockReply, MockServer, Vendor};
@@ -111,4 +113,61 @@ async fn a_service_on_redis_rides_out_a_redis_outage_and_answers_what_came_in_me
     }
     let (status, service) = service.terminate().await;
     assert!(status.success(), "{}", service.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_service_on_postgres_rides_out_a_postgres_outage_and_answers_again_after_it() {
+    let Some(db) = kesoku_test_support::db::pg_schema().await else { return };
+    let Some(redis) = redis_url() else { return };
+    let proxy = CuttableProxy::start(host_port(db.url())).await.expect("a local port for the proxy");
+    let model = MockServer::start(Vendor::OpenAi, vec![MockReply::text("before"), MockReply::text("after")]).await;
+    let prefix = format!("kesoku_test_{}", kesoku_core::SessionId::generate());
+    let config = format!(
+        "[workspace]\ndir = \".kesoku\"\ndatabase = \"{}\"\n\n[database]\nacquire_timeout_ms = 500\n\n{}\n\
+         [service]\nshutdown_grace_s = 1\n\n[http]\nlisten = \"127.0.0.1:0\"\n\n[broker]\nurl = \"{redis}\"\n\
+         prefix = \"{prefix}\"\n",
+        proxy.url_through(db.url()),
+        mock_model(&model.base_url()),
+    );
+    let workspace = Workspace::with_config(&config);
+    let init = workspace.run(&["init", "--no-model"], &[]).await;
+    assert!(init.status.success(), "init failed: {}", stderr(&init));
+    let service = Service::spawn(&workspace, "outage.log", &[KEY]);
+    let base = service.api_base().await;
+    let client = reqwest::Client::new();
+
+    let first = post(&client, &base, "c1", "before the outage").await;
+    eventually("the first answer", || answered(&client, &base, &first)).await;
+
+    proxy.cut();
+    eventually("/readyz to name the store", || async {
+        let (status, message) = readiness(&client, &base).await;
+        status == 503 && message.contains("store") && !message.contains("broker")
+    })
+    .await;
+    let health = client.get(format!("{base}/healthz")).send().await.expect("the process is alive");
+    assert_eq!(health.status(), 200);
+    let refused = client
+        .post(format!("{base}/v1/messages"))
+        .json(&json!({"channel_id": "c2", "sender": "tester", "content": "during the outage"}))
+        .send()
+        .await
+        .expect("the api answers while the store is down");
+    assert!(refused.status().is_server_error(), "a post that cannot be stored is refused: {}", refused.status());
+
+    proxy.restore();
+    eventually("/readyz to be ready again", || async { readiness(&client, &base).await.0 == 200 }).await;
+    let second = post(&client, &base, "c2", "after the outage").await;
+    let deadline = std::time::Instant::now() + ANSWER_WAIT;
+    while !answered(&client, &base, &second).await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the message posted after the outage was not answered; the service's log:\n{}",
+            service.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let (status, service) = service.terminate().await;
+    assert!(status.success(), "{}", service.log());
+    db.cleanup().await;
 }
