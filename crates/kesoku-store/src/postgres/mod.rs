@@ -231,7 +231,32 @@ fn bind(query: Query) -> sqlx::query::Query<'static, Postgres, PgArguments> {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use std::time::Duration;
+
+    use kesoku_test_support::db::pg_schema;
+
+    use super::{PgPoolSettings, PgStore, redact};
+
+    /// The pool settings reach every connection: PostgreSQL cancels a statement past
+    /// `statement_timeout`, and the pool opens no more than `max_connections`.
+    #[tokio::test]
+    async fn pool_settings_bound_statements_and_size_the_pool() {
+        let Some(db) = pg_schema().await else { return };
+        let settings = PgPoolSettings {
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(10),
+            statement_timeout: Some(Duration::from_millis(1234)),
+        };
+        let store = PgStore::connect_with_pool(db.connect_options(), settings).await.expect("connect");
+        let shown: String = sqlx::query_scalar("SHOW statement_timeout").fetch_one(&store.pool).await.expect("show");
+        assert_eq!(shown, "1234ms");
+        let slow = sqlx::query("SELECT pg_sleep(5)").execute(&store.pool).await;
+        let error = slow.expect_err("a statement past statement_timeout is cancelled");
+        assert!(error.to_string().contains("statement timeout"), "{error}");
+        assert_eq!(store.pool.options().get_max_connections(), 2);
+        store.close().await;
+        db.cleanup().await;
+    }
 
     #[test]
     fn redact_hides_only_the_password() {
