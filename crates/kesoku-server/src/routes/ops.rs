@@ -24,6 +24,7 @@ use axum::response::{IntoResponse, Response};
 use http::{StatusCode, header};
 use kesoku_core::{Lane, MemoryGauge, MemoryReport, MessageFilter, Status};
 
+use crate::control::LaneDepths;
 use crate::error::{AppError, ErrorBody, ErrorCode};
 use crate::openapi::CommonErrors;
 use crate::server::AppState;
@@ -102,14 +103,8 @@ pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
         text.push('\n');
     }
     let runtime = state.control.runtime_state().await;
-    let _ = writeln!(
-        text,
-        "# HELP kesoku_lane_depth Activations waiting in each queue lane: in the shared queue (all \
-         processes), except what another process has read and holds waiting."
-    );
-    let _ = writeln!(text, "# TYPE kesoku_lane_depth gauge");
-    for lane in Lane::ALL {
-        let _ = writeln!(text, "kesoku_lane_depth{{lane=\"{lane}\",scope=\"cluster\"}} {}", runtime.queue.depth(*lane));
+    if !runtime.queue_unreadable {
+        write_lane_depths(&mut text, &runtime.queue);
     }
     let running = runtime.running.len() as u64;
     scoped_gauge(&mut text, "kesoku_turns_running", "Turns running now in this process.", "process", running);
@@ -158,6 +153,19 @@ fn gauge(text: &mut String, name: &str, help: &str, value: u64) {
     let _ = writeln!(text, "# HELP {name} {help}");
     let _ = writeln!(text, "# TYPE {name} gauge");
     let _ = writeln!(text, "{name} {value}");
+}
+
+/// The lane depths, cluster-wide (the shared queue).
+fn write_lane_depths(text: &mut String, queue: &LaneDepths) {
+    let _ = writeln!(
+        text,
+        "# HELP kesoku_lane_depth Activations waiting in each queue lane: in the shared queue (all \
+         processes), except what another process has read and holds waiting."
+    );
+    let _ = writeln!(text, "# TYPE kesoku_lane_depth gauge");
+    for lane in Lane::ALL {
+        let _ = writeln!(text, "kesoku_lane_depth{{lane=\"{lane}\",scope=\"cluster\"}} {}", queue.depth(*lane));
+    }
 }
 
 /// One gauge labelled with its scope (`cluster` or `process`).

@@ -180,6 +180,18 @@ async fn metrics_render_the_recorder_and_scrape_time_gauges() {
     assert!(!bare.text.contains("kesoku_session_leases_held"), "{}", bare.text);
 }
 
+/// While the queue cannot be read (its Redis is down) the lane depths are left out, not
+/// reported as an empty queue; the rest of the scrape still answers.
+#[tokio::test]
+async fn metrics_leave_out_lane_depths_the_queue_could_not_report() {
+    let server = TestServer::new().await;
+    server.control.state.lock().expect("lock").queue_unreadable = true;
+    let reply = send(&server.app(), get("/metrics")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(!reply.text.contains("kesoku_lane_depth"), "{}", reply.text);
+    assert!(reply.text.lines().any(|l| l == "kesoku_turns_running{scope=\"process\"} 0"), "{}", reply.text);
+}
+
 /// The memory gauges render the report the binary's wiring gathers, under their names; a
 /// figure the binary could not measure is left out, and without a report there are none.
 #[tokio::test]
