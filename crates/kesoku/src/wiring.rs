@@ -15,7 +15,7 @@ use crate::config::{Config, ModelEntry};
 /// Open the configured store. `create`: make the SQLite file if missing (only `init` does).
 pub async fn open_store(config: &Config, create: bool) -> anyhow::Result<StoreHandle> {
     if create {
-        let handle = kesoku_store::open(&config.database_url).await;
+        let handle = kesoku_store::open_pooled(&config.database_url, config.database.pool()).await;
         handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
     } else {
         open_existing_store(config, Footprint::Service).await
@@ -24,7 +24,7 @@ pub async fn open_store(config: &Config, create: bool) -> anyhow::Result<StoreHa
 
 /// Open the configured store, which must exist, holding what `footprint` says.
 async fn open_existing_store(config: &Config, footprint: Footprint) -> anyhow::Result<StoreHandle> {
-    let handle = kesoku_store::open_existing_with(&config.database_url, footprint).await;
+    let handle = kesoku_store::open_existing_pooled(&config.database_url, footprint, config.database.pool()).await;
     handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
 }
 
