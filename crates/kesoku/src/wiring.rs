@@ -289,7 +289,8 @@ pub async fn build_leasing(config: &Config) -> anyhow::Result<Option<kesoku_agen
     let Some(options) = config.broker.redis() else { return Ok(None) };
     let leases = kesoku_broker::lease::RedisLeases::connect(&options.url, options.prefix.clone())
         .await
-        .with_context(|| format!("{}: [broker] url: session leases", config.path.display()))?;
+        .with_context(|| format!("{}: [broker] url: session leases", config.path.display()))?
+        .with_operation_timeout(std::time::Duration::from_millis(config.broker.operation_timeout_ms));
     Ok(Some(kesoku_agent::SessionLeasing {
         leases: Arc::new(leases),
         ttl: std::time::Duration::from_secs(config.broker.lease_ttl_s),

@@ -190,6 +190,11 @@ impl Agent {
         &self.inner.deps.config
     }
 
+    /// The session leases shared across processes, when configured.
+    pub fn leasing(&self) -> Option<&SessionLeasing> {
+        self.inner.deps.leasing.as_ref()
+    }
+
     /// The limits of each lane.
     pub fn limits(&self) -> &LaneLimits {
         &self.inner.deps.limits
