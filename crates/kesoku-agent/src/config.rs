@@ -151,8 +151,7 @@ pub struct AgentConfig {
     /// An activation recorded in the ledger but never started, whose message still waits
     /// (`pending_agent`) this many seconds later while the lane looks empty, was lost between
     /// the ledger and the queue (its intake process died in between): the intake's sweep
-    /// queues it again. The sweep also hands back orphans (`orphan_after_s`) while the service
-    /// runs, not only at start.
+    /// queues it again.
     #[serde(default = "default_requeue_after_s")]
     pub requeue_after_s: u64,
     /// Deepest agent-to-agent chain allowed: a sub-agent may run at depth 1..=max_depth; a

@@ -41,6 +41,8 @@ pub use followups::Followups;
 pub use grants::StoreGrants;
 pub use jobs::{Jobs, JobsConfig, JobsError, JobsRecovery};
 pub use personas::{AgentPersona, Personas};
-pub use runtime::{Agent, AgentDeps, ModelSet, RecoveryReport, RunningTurn, SweepReport, Tasks, dispatch_id};
+pub use runtime::{
+    Agent, AgentDeps, ModelSet, RecoveryReport, RunningTurn, SessionLeasing, SweepReport, Tasks, dispatch_id,
+};
 pub use subagents::{ResultKeeper, Subagents};
 pub use turn::{StopSignal, TurnEnd};

@@ -26,11 +26,15 @@ struct Args {
     /// Also run the store measurements on PostgreSQL (each run in a schema of its own).
     #[arg(long, value_name = "URL")]
     postgres: Option<String>,
+    /// With --postgres: also run the scale-out measurement (`cluster`: 1, 2 and 4 worker
+    /// processes on PostgreSQL + this Redis, beside the embedded default).
+    #[arg(long, value_name = "URL")]
+    redis: Option<String>,
     /// A short run (seconds per measurement) instead of the full one.
     #[arg(long)]
     quick: bool,
     /// Only these measurements (comma separated): overhead, throughput, history, lanes, startup,
-    /// memory, first-answer.
+    /// memory, first-answer, cluster.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Minutes of the memory soak (default: 1 with --quick, 10 otherwise).
@@ -129,6 +133,20 @@ async fn run(args: &Args) -> anyhow::Result<Vec<Row>> {
             eprintln!("lanes on {} …", backend.label());
             let measured = bench::lanes::run(backend, scale).await?;
             rows.extend(bench::lanes::rows(backend, &measured));
+        }
+    }
+    if args.wants("cluster") {
+        match (&args.postgres, &args.redis) {
+            (Some(postgres), Some(redis)) => {
+                eprintln!("scale-out (processes on PostgreSQL + Redis) …");
+                let binary = bench::cluster::binary()?;
+                let (measured, ingest) = bench::cluster::run(&binary, postgres, redis, scale).await?;
+                rows.extend(bench::cluster::rows(&measured, &ingest));
+            }
+            _ if args.only.iter().any(|o| o == "cluster") => {
+                anyhow::bail!("the scale-out measurement needs --postgres URL and --redis URL")
+            }
+            _ => {}
         }
     }
     if args.wants("startup") || args.wants("memory") || args.wants("first-answer") {

@@ -165,6 +165,7 @@ impl System {
             limits: setup.limits,
             intro: None,
             personas: Default::default(),
+            leasing: None,
         });
         agent.recover().await.context("recovery")?;
         let shutdown = CancellationToken::new();

@@ -123,6 +123,11 @@ pub trait Broker: Send + Sync + 'static {
     async fn publish(&self, event: BrokerEvent) -> Result<(), BrokerError>;
     /// A new subscription receiving what `interest` covers, published from now on.
     async fn subscribe(&self, interest: Interest) -> Result<Box<dyn Subscription>, BrokerError>;
+    /// Whether the server behind this broker answers now (`/readyz`), within the backend's
+    /// operation timeout. An in-process broker always does.
+    async fn check_ready(&self) -> Result<(), BrokerError> {
+        Ok(())
+    }
 }
 
 /// One subscriber's view of the broadcast.

@@ -286,6 +286,7 @@ impl AgentControl for DemoControl {
             queue: LaneDepths { interactive: waiting, responsive: 0, background: 0, running: running.len() as u64 },
             running,
             limits: FakeAgent::limits(),
+            queue_unreadable: false,
         }
     }
 }

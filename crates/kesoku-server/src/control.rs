@@ -33,6 +33,10 @@ pub struct RuntimeState {
     pub running: Vec<RunningTurn>,
     /// Activations waiting per lane.
     pub queue: LaneDepths,
+    /// The queue could not be read (its Redis is unreachable): `queue` holds zeros that mean
+    /// nothing, and `/metrics` leaves the lane depths out rather than report an empty queue.
+    #[serde(skip)]
+    pub queue_unreadable: bool,
     /// The limits a turn of each lane runs under.
     pub limits: LaneLimits,
 }

@@ -16,6 +16,7 @@ use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use http::{Request, header};
+use kesoku_broker::lease::SessionLeases;
 use kesoku_core::MemoryReport;
 use kesoku_gateway::Gateway;
 use kesoku_store::Ledger;
@@ -56,6 +57,9 @@ pub struct ServerState {
     pub body_limit: usize,
     /// The memory report `/metrics` renders; without it, `/metrics` shows no memory gauges.
     pub memory: Option<MemoryProbe>,
+    /// The session leases workers hold (shared by every process on Redis): `/metrics` shows how
+    /// many are held. Without it, no lease gauge.
+    pub leases: Option<Arc<dyn SessionLeases>>,
     /// Fires when the server shuts down: open event streams end.
     pub shutdown: CancellationToken,
     /// The configured model names (`[models.NAME]`): the models a direct trigger may name.
@@ -87,6 +91,7 @@ impl ServerState {
             metrics: None,
             body_limit: DEFAULT_BODY_LIMIT,
             memory: None,
+            leases: None,
             shutdown: CancellationToken::new(),
             models: Vec::new(),
             chatbots: Vec::new(),
@@ -117,6 +122,12 @@ impl ServerState {
 
     pub fn with_memory(mut self, probe: impl Fn() -> MemoryReport + Send + Sync + 'static) -> Self {
         self.memory = Some(Arc::new(probe));
+        self
+    }
+
+    /// Show the held session leases on `/metrics`.
+    pub fn with_leases(mut self, leases: Arc<dyn SessionLeases>) -> Self {
+        self.leases = Some(leases);
         self
     }
 

@@ -47,7 +47,7 @@ mod sqlite;
 pub use clock::{Clock, ManualClock};
 pub use error::{StoreError, StoreResult};
 pub use migrate::SCHEMA_VERSION;
-pub use postgres::PgStore;
+pub use postgres::{PgPoolSettings, PgStore};
 pub use sqlite::{SqliteStore, sqlite_library_memory};
 pub use sqlx::postgres::PgConnectOptions;
 
@@ -336,19 +336,29 @@ impl StoreHandle {
 /// URLs: `sqlite://PATH` (`sqlite:///abs/path.db`, `sqlite://relative.db`), `sqlite::memory:`,
 /// `postgres://…` or `postgresql://…` (a `search_path` option chooses the schema).
 pub async fn open(url: &str) -> StoreResult<StoreHandle> {
-    open_in_mode(url, OpenMode::CreateIfMissing, Footprint::Service).await
+    open_in_mode(url, OpenMode::CreateIfMissing, Footprint::Service, PgPoolSettings::default()).await
+}
+
+/// [`open`], with a PostgreSQL store's pool sized and bounded by `pool` (SQLite ignores it).
+pub async fn open_pooled(url: &str, pool: PgPoolSettings) -> StoreResult<StoreHandle> {
+    open_in_mode(url, OpenMode::CreateIfMissing, Footprint::Service, pool).await
 }
 
 /// Like [`open`], but never creates a store: a missing SQLite file or an empty PostgreSQL
 /// schema is [`StoreError::Missing`] (for read-only commands such as `kesoku history list`).
 pub async fn open_existing(url: &str) -> StoreResult<StoreHandle> {
-    open_in_mode(url, OpenMode::MustExist, Footprint::Service).await
+    open_in_mode(url, OpenMode::MustExist, Footprint::Service, PgPoolSettings::default()).await
 }
 
 /// Like [`open_existing`], holding what `footprint` says (a SQLite file only; an in-memory
 /// store has one connection anyway, and PostgreSQL opens pooled connections as they are used).
 pub async fn open_existing_with(url: &str, footprint: Footprint) -> StoreResult<StoreHandle> {
-    open_in_mode(url, OpenMode::MustExist, footprint).await
+    open_in_mode(url, OpenMode::MustExist, footprint, PgPoolSettings::default()).await
+}
+
+/// [`open_existing_with`], with a PostgreSQL store's pool sized and bounded by `pool`.
+pub async fn open_existing_pooled(url: &str, footprint: Footprint, pool: PgPoolSettings) -> StoreResult<StoreHandle> {
+    open_in_mode(url, OpenMode::MustExist, footprint, pool).await
 }
 
 /// How much a SQLite store holds while open.
@@ -364,7 +374,12 @@ pub enum Footprint {
     Command,
 }
 
-async fn open_in_mode(url: &str, mode: OpenMode, footprint: Footprint) -> StoreResult<StoreHandle> {
+async fn open_in_mode(
+    url: &str,
+    mode: OpenMode,
+    footprint: Footprint,
+    pool: PgPoolSettings,
+) -> StoreResult<StoreHandle> {
     match Location::parse(url)? {
         Location::SqliteFile(path) => {
             let store = match mode {
@@ -374,7 +389,7 @@ async fn open_in_mode(url: &str, mode: OpenMode, footprint: Footprint) -> StoreR
             Ok(StoreHandle::new(store))
         }
         Location::SqliteMemory => Ok(StoreHandle::new(SqliteStore::open_in_memory().await?)),
-        Location::Postgres(options) => Ok(StoreHandle::new(PgStore::connect_in_mode(*options, mode).await?)),
+        Location::Postgres(options) => Ok(StoreHandle::new(PgStore::connect_in_mode_with(*options, mode, pool).await?)),
     }
 }
 

@@ -105,6 +105,74 @@ struct ConfigFile {
     service: ServiceSection,
     #[serde(default)]
     broker: BrokerSection,
+    #[serde(default)]
+    database: DatabaseSection,
+}
+
+/// `[database]`: the pool of a PostgreSQL store (`[workspace] database = "postgres://…"`), per
+/// process. A SQLite store ignores it.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseSection {
+    /// Connections this process opens at most.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// Milliseconds a store call waits for a connection (a free one, or a new one opened)
+    /// before it fails and is retried.
+    #[serde(default = "default_acquire_timeout_ms")]
+    pub acquire_timeout_ms: u64,
+    /// Milliseconds one statement may run before PostgreSQL cancels it; 0: the server's setting.
+    #[serde(default = "default_statement_timeout_ms")]
+    pub statement_timeout_ms: u64,
+}
+
+fn default_max_connections() -> u32 {
+    kesoku_store::PgPoolSettings::DEFAULT_MAX_CONNECTIONS
+}
+
+fn default_acquire_timeout_ms() -> u64 {
+    duration_ms(kesoku_store::PgPoolSettings::DEFAULT_ACQUIRE_TIMEOUT)
+}
+
+fn default_statement_timeout_ms() -> u64 {
+    duration_ms(kesoku_store::PgPoolSettings::DEFAULT_STATEMENT_TIMEOUT)
+}
+
+fn duration_ms(duration: std::time::Duration) -> u64 {
+    u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Default for DatabaseSection {
+    fn default() -> Self {
+        DatabaseSection {
+            max_connections: default_max_connections(),
+            acquire_timeout_ms: default_acquire_timeout_ms(),
+            statement_timeout_ms: default_statement_timeout_ms(),
+        }
+    }
+}
+
+impl DatabaseSection {
+    /// The store's pool settings.
+    pub fn pool(&self) -> kesoku_store::PgPoolSettings {
+        use std::time::Duration;
+        kesoku_store::PgPoolSettings {
+            max_connections: self.max_connections,
+            acquire_timeout: Duration::from_millis(self.acquire_timeout_ms),
+            statement_timeout: (self.statement_timeout_ms > 0)
+                .then(|| Duration::from_millis(self.statement_timeout_ms)),
+        }
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if self.max_connections == 0 {
+            return Err("max_connections must be at least 1".into());
+        }
+        if self.acquire_timeout_ms == 0 {
+            return Err("acquire_timeout_ms must be at least 1 (10000 is the default)".into());
+        }
+        Ok(())
+    }
 }
 
 /// `[broker]`: how processes hear each other and share the lane queue. Without `url`, the
@@ -123,6 +191,22 @@ pub struct BrokerSection {
     /// was killed) before another process takes it over.
     #[serde(default = "default_reclaim_after_s")]
     pub reclaim_after_s: u64,
+    /// Seconds a session's lease lasts without a renewal (workers renew every third of it):
+    /// after a process is killed, its sessions' next turns wait at most this long.
+    #[serde(default = "default_lease_ttl_s")]
+    pub lease_ttl_s: u64,
+    /// Milliseconds one Redis operation may take (waiting for a reconnection included) before
+    /// it fails and is retried with backoff.
+    #[serde(default = "default_operation_timeout_ms")]
+    pub operation_timeout_ms: u64,
+}
+
+fn default_lease_ttl_s() -> u64 {
+    30
+}
+
+fn default_operation_timeout_ms() -> u64 {
+    duration_ms(kesoku_broker::RedisOptions::DEFAULT_OPERATION_TIMEOUT)
 }
 
 fn default_broker_prefix() -> String {
@@ -135,7 +219,13 @@ fn default_reclaim_after_s() -> u64 {
 
 impl Default for BrokerSection {
     fn default() -> Self {
-        BrokerSection { url: None, prefix: default_broker_prefix(), reclaim_after_s: default_reclaim_after_s() }
+        BrokerSection {
+            url: None,
+            prefix: default_broker_prefix(),
+            reclaim_after_s: default_reclaim_after_s(),
+            lease_ttl_s: default_lease_ttl_s(),
+            operation_timeout_ms: default_operation_timeout_ms(),
+        }
     }
 }
 
@@ -146,6 +236,7 @@ impl BrokerSection {
         let mut options = kesoku_broker::RedisOptions::new(url.clone());
         options.prefix = self.prefix.clone();
         options.reclaim_after = std::time::Duration::from_secs(self.reclaim_after_s);
+        options.operation_timeout = std::time::Duration::from_millis(self.operation_timeout_ms);
         Some(options)
     }
 
@@ -160,6 +251,12 @@ impl BrokerSection {
         }
         if self.reclaim_after_s == 0 {
             return Err("reclaim_after_s must be at least 1".into());
+        }
+        if self.lease_ttl_s == 0 || self.lease_ttl_s > 86_400 {
+            return Err("lease_ttl_s must be between 1 and 86400 seconds (the default is 30)".into());
+        }
+        if self.operation_timeout_ms == 0 {
+            return Err("operation_timeout_ms must be at least 1 (5000 is the default)".into());
         }
         Ok(())
     }
@@ -312,6 +409,8 @@ pub struct Config {
     pub service: ServiceSection,
     /// `[broker]`: in-process (default) or Redis.
     pub broker: BrokerSection,
+    /// `[database]`: the PostgreSQL pool.
+    pub database: DatabaseSection,
     pub http: Option<HttpSection>,
     /// `[[cron]]` jobs, checked.
     pub cron: Vec<kesoku_chatbots::cron::CronJob>,
@@ -431,6 +530,7 @@ impl Config {
         check_agents(&file.agents, &file.agent, &models)
             .map_err(|error| anyhow::anyhow!("{}: {error}", path.display()))?;
         file.broker.check().map_err(|reason| anyhow::anyhow!("{}: [broker] {reason}", path.display()))?;
+        file.database.check().map_err(|reason| anyhow::anyhow!("{}: [database] {reason}", path.display()))?;
         Ok(Config {
             path: path.to_owned(),
             workspace_dir,
@@ -442,6 +542,7 @@ impl Config {
             tools: file.tools,
             service: file.service,
             broker: file.broker,
+            database: file.database,
             http: file.http,
             cron,
             chatbots: file.chatbots,

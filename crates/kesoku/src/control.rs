@@ -16,11 +16,11 @@ pub struct AgentHandle(pub Agent);
 #[async_trait]
 impl AgentControl for AgentHandle {
     async fn runtime_state(&self) -> RuntimeState {
-        let queue = match self.0.queue_depths().await {
-            Ok(depths) => LaneDepths::from(depths),
+        let (queue, queue_unreadable) = match self.0.queue_depths().await {
+            Ok(depths) => (LaneDepths::from(depths), false),
             Err(error) => {
                 tracing::warn!(%error, "reading the queue depths failed");
-                LaneDepths::default()
+                (LaneDepths::default(), true)
             }
         };
         let limits = |lane: Lane| {
@@ -42,6 +42,7 @@ impl AgentControl for AgentHandle {
                 })
                 .collect(),
             queue,
+            queue_unreadable,
             limits: LaneLimits {
                 interactive: limits(Lane::Interactive),
                 responsive: limits(Lane::Responsive),

@@ -15,7 +15,7 @@ use crate::config::{Config, ModelEntry};
 /// Open the configured store. `create`: make the SQLite file if missing (only `init` does).
 pub async fn open_store(config: &Config, create: bool) -> anyhow::Result<StoreHandle> {
     if create {
-        let handle = kesoku_store::open(&config.database_url).await;
+        let handle = kesoku_store::open_pooled(&config.database_url, config.database.pool()).await;
         handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
     } else {
         open_existing_store(config, Footprint::Service).await
@@ -24,7 +24,7 @@ pub async fn open_store(config: &Config, create: bool) -> anyhow::Result<StoreHa
 
 /// Open the configured store, which must exist, holding what `footprint` says.
 async fn open_existing_store(config: &Config, footprint: Footprint) -> anyhow::Result<StoreHandle> {
-    let handle = kesoku_store::open_existing_with(&config.database_url, footprint).await;
+    let handle = kesoku_store::open_existing_pooled(&config.database_url, footprint, config.database.pool()).await;
     handle.with_context(|| format!("opening the store configured in {}", config.path.display()))
 }
 
@@ -267,6 +267,7 @@ async fn build_agent_with(
         .with_context(|| format!("{}: [[agents]]", config.path.display()))?;
     // Lane caps sized for the worker pool: a quarter of it always free of automation.
     let queue = build_queue(config, profile.agent.max_concurrent_turns).await?;
+    let leasing = build_leasing(config).await?;
     Ok(Agent::new(AgentDeps {
         gateway,
         ledger: Arc::clone(&handle.ledger),
@@ -278,6 +279,21 @@ async fn build_agent_with(
         limits: config.limits.clone(),
         intro,
         personas: kesoku_agent::Personas::new(personas),
+        leasing,
+    }))
+}
+
+/// Session leases across processes when `[broker] url` names a Redis (on its prefix); none in
+/// one process, where the queue hands a session to one worker at a time.
+pub async fn build_leasing(config: &Config) -> anyhow::Result<Option<kesoku_agent::SessionLeasing>> {
+    let Some(options) = config.broker.redis() else { return Ok(None) };
+    let leases = kesoku_broker::lease::RedisLeases::connect(&options.url, options.prefix.clone())
+        .await
+        .with_context(|| format!("{}: [broker] url: session leases", config.path.display()))?
+        .with_operation_timeout(std::time::Duration::from_millis(config.broker.operation_timeout_ms));
+    Ok(Some(kesoku_agent::SessionLeasing {
+        leases: Arc::new(leases),
+        ttl: std::time::Duration::from_secs(config.broker.lease_ttl_s),
     }))
 }
 

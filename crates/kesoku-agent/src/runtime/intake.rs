@@ -66,9 +66,36 @@ impl Agent {
                     continue;
                 }
             };
-            if let Err(error) = self.dispatch(&message, activation).await {
-                tracing::error!(%error, message_id = %message.id, "queueing a message failed; the sweep queues it again");
+            // False only at shutdown: the row is stored, the sweep (or the next start) queues it.
+            if !self.dispatch_until_done(&message, activation, &shutdown).await {
+                tracing::info!(message_id = %message.id, "shutting down before queueing a message; the sweep queues it");
             }
+        }
+    }
+
+    /// [`Agent::dispatch`], retried with backoff while the broker or the queue is unreachable (a
+    /// Redis outage): the message is stored and its ledger row written, so it must not wait for
+    /// the next start. Later messages wait behind it, keeping the arrival order. False when
+    /// shutdown came first (the message stays `pending_agent` for the next start).
+    async fn dispatch_until_done(
+        &self,
+        message: &Message,
+        activation: Activation,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        let mut delay = std::time::Duration::from_millis(100);
+        loop {
+            match self.dispatch(message, activation.clone()).await {
+                Ok(()) => return true,
+                Err(error) => {
+                    tracing::warn!(%error, message_id = %message.id, "queueing a message failed; retrying");
+                }
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return false,
+                () = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(std::time::Duration::from_secs(5));
         }
     }
 

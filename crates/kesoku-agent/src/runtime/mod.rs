@@ -105,6 +105,24 @@ pub struct AgentDeps {
     pub intro: Option<String>,
     /// The configured agents (`[[agents]]`), their intros read; empty: the default agent only.
     pub personas: crate::personas::Personas,
+    /// Session leases shared by every process (`[broker] url`): a worker runs a session's turn
+    /// only while it holds the session's lease. `None` in one process, where the queue already
+    /// hands a session to one worker at a time.
+    pub leasing: Option<SessionLeasing>,
+}
+
+/// Session leases across processes, and how long one lasts without a renewal (a killed
+/// process's sessions are taken over after that).
+#[derive(Clone)]
+pub struct SessionLeasing {
+    pub leases: Arc<dyn kesoku_broker::lease::SessionLeases>,
+    pub ttl: Duration,
+}
+
+impl std::fmt::Debug for SessionLeasing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionLeasing").field("ttl", &self.ttl).finish_non_exhaustive()
+    }
 }
 
 /// Which tasks [`Agent::run_tasks`] runs.
@@ -193,6 +211,11 @@ impl Agent {
         &self.inner.deps.config
     }
 
+    /// The session leases shared across processes, when configured.
+    pub fn leasing(&self) -> Option<&SessionLeasing> {
+        self.inner.deps.leasing.as_ref()
+    }
+
     /// The limits of each lane.
     pub fn limits(&self) -> &LaneLimits {
         &self.inner.deps.limits
@@ -261,6 +284,13 @@ impl Agent {
             let agent = self.clone();
             let shutdown = shutdown.clone();
             tasks.spawn(async move { agent.worker(shutdown).await });
+        }
+        if self.inner.deps.leasing.is_some() {
+            // Several processes: one of them may be killed mid-turn at any time, not only
+            // before a restart of this one.
+            let agent = self.clone();
+            let shutdown = shutdown.clone();
+            tasks.spawn(async move { agent.sweep_orphans_until(shutdown).await });
         }
         shutdown.cancelled().await;
         let stopper = {

@@ -1,9 +1,13 @@
 //! Crash recovery at start-up: work held by dead workers is handed back, their open tool calls
 //! get a synthetic "restarted" result, and their ledger rows are closed.
 
+use std::collections::HashSet;
+use std::time::Duration;
+
 use chrono::Utc;
 use kesoku_core::{ActivationId, MessageFilter, MessageId, Outcome, Status, TurnOrigin};
 use kesoku_tools::ToolOutput;
+use tokio_util::sync::CancellationToken;
 
 use super::Agent;
 use crate::error::AgentError;
@@ -71,7 +75,10 @@ impl Agent {
                 Some(id) => store.get_message(id).await?.is_some_and(|m| m.status == Status::Processing),
                 None => false,
             };
-            if !still_running {
+            // With several processes, a row not started yet is another process's queued work
+            // (the shared queue still holds it), not a dead one's.
+            let queued_elsewhere = self.inner.deps.leasing.is_some() && entry.started_at.is_none();
+            if !still_running && !queued_elsewhere {
                 ledger
                     .record_finished(
                         &entry.id,
@@ -85,5 +92,58 @@ impl Agent {
             }
         }
         Ok(report)
+    }
+}
+
+impl Agent {
+    /// While several processes share the work (`[broker] url`), hand back the turns of workers
+    /// that died without a restart of this process: every half `[agent] orphan_after_s`, a
+    /// `processing` message whose claim went stale goes back to `pending_agent` (the intake
+    /// queues it again; the rerun continues from its stored steps) and the dead turn's ledger
+    /// row is closed as cancelled. Live workers renew their claims four times per period.
+    pub(super) async fn sweep_orphans_until(&self, shutdown: CancellationToken) {
+        let period = (self.inner.deps.config.orphan_after() / 2).max(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(period) => {}
+            }
+            match self.sweep_orphans().await {
+                Ok(0) => {}
+                Ok(recovered) => {
+                    tracing::warn!(recovered, "handed back the turns of workers that stopped renewing their claims")
+                }
+                Err(error) => tracing::warn!(%error, "looking for turns of dead workers failed; will look again"),
+            }
+        }
+    }
+
+    /// One sweep (see [`Agent::sweep_orphans_until`]); how many messages it handed back.
+    pub async fn sweep_orphans(&self) -> Result<usize, AgentError> {
+        let gateway = &self.inner.deps.gateway;
+        // Rows started after this instant belong to reruns, never to the dead turns.
+        let swept_at = Utc::now();
+        let recovered = gateway.recover_orphans(self.inner.deps.config.orphan_after()).await?;
+        if recovered.is_empty() {
+            return Ok(0);
+        }
+        let ids: HashSet<MessageId> = recovered.iter().map(|event| event.message.id.clone()).collect();
+        let ledger = &self.inner.deps.ledger;
+        for entry in ledger.unfinished_activations().await? {
+            let dead_turn = entry.started_at.is_some_and(|at| at <= swept_at)
+                && entry.message_id.as_ref().is_some_and(|id| ids.contains(id));
+            if dead_turn {
+                ledger
+                    .record_finished(
+                        &entry.id,
+                        Utc::now(),
+                        Outcome::Cancelled,
+                        Some("the worker stopped renewing its claim (process killed?); its message was handed back"),
+                        &entry.usage,
+                    )
+                    .await?;
+            }
+        }
+        Ok(ids.len())
     }
 }

@@ -1,8 +1,8 @@
 //! The intake's sweep: every few seconds, any intake process looks for work that fell between
 //! two processes. An activation whose ledger row was stored but which was never queued (its
 //! intake died between the two) is queued again; a waiting message no intake recorded is
-//! recorded and queued; a `processing` message whose claim went stale (its worker died) is
-//! handed back, to be dispatched again at its new revision.
+//! recorded and queued. (A `processing` message whose worker died is handed back by
+//! `recovery`'s orphan sweep, then dispatched again at its new revision.)
 //!
 //! A row is taken for lost only when it never started, its message still waits at the same
 //! revision, it is older than `[agent] requeue_after_s`, and its lane looks empty from here: an
@@ -27,8 +27,6 @@ pub struct SweepReport {
     pub requeued: usize,
     /// Waiting messages no intake had recorded, recorded and queued now.
     pub recorded: usize,
-    /// `processing` messages of dead workers handed back to `pending_agent`.
-    pub orphans: usize,
 }
 
 fn depth_of(depths: &QueueDepths, lane: Lane) -> usize {
@@ -61,10 +59,7 @@ impl Agent {
     pub async fn sweep_once(&self) -> Result<SweepReport, AgentError> {
         let deps = &self.inner.deps;
         let gateway = &deps.gateway;
-        let mut report = SweepReport {
-            orphans: gateway.recover_orphans(deps.config.orphan_after()).await?.len(),
-            ..SweepReport::default()
-        };
+        let mut report = SweepReport::default();
         let requeue_after = chrono::Duration::from_std(deps.config.requeue_after()).unwrap_or(chrono::Duration::MAX);
         let depths = deps.queue.depths().await?;
         let waiting = gateway.store().changes_since(0, &MessageFilter::status(Status::PendingAgent), u32::MAX).await?;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use kesoku_broker::StopReason;
+use kesoku_broker::lease::{KeptLease, LeaseHolder};
 use kesoku_core::activation::AfterPass;
 use kesoku_core::{
     Activation, ActivationPayload, Message, MessageFilter, MessageId, Orchestration, Outcome, Role, SessionId, Status,
@@ -30,8 +31,28 @@ use crate::error::AgentError;
 use crate::orchestration;
 use crate::turn::{StopSignal, Turn, TurnDeps, TurnEnd};
 
+/// A session's lease held while its turn runs, and the task that stops the turn if it is lost.
+struct HeldSession {
+    kept: KeptLease,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl HeldSession {
+    async fn release(self) {
+        self.watcher.abort();
+        let session_id = self.kept.lease().session_id().clone();
+        match self.kept.release().await {
+            Ok(_) => {}
+            // It expires after its ttl; the next turn of the session waits that long at most.
+            Err(error) => tracing::warn!(%error, %session_id, "releasing a session's lease failed"),
+        }
+    }
+}
+
 impl Agent {
     pub(super) async fn worker(&self, shutdown: CancellationToken) {
+        // Who this worker is when it holds a session's lease (several processes only).
+        let holder = LeaseHolder::generate();
         loop {
             let lease = tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -41,6 +62,9 @@ impl Agent {
             if let Some(message_id) = lease.activation.payload.message_reference() {
                 lock(&self.inner.queued).remove(message_id);
             }
+            // Across processes, the session's lease first; shutting down while waiting drops
+            // the activation unacknowledged, so the queue hands it out again.
+            let Some(session_lease) = self.hold_session(&lease.activation, &holder, &shutdown).await else { return };
             let activation = lease.activation.clone();
             let agent = self.clone();
             // Its own task: a panic in one turn is caught here and the worker goes on.
@@ -50,12 +74,67 @@ impl Agent {
                 self.after_panic(&lease.activation).await;
             }
             // The outcome is in the ledger now (`run_activation` or `after_panic` recorded
-            // it): only now may the queue forget the activation.
+            // it): only now may the queue forget the activation, and then the session's lease
+            // go to whoever runs its next turn.
             let activation_id = lease.activation.id.clone();
             if let Err(error) = lease.ack().await {
                 tracing::warn!(%activation_id, %error, "acknowledging a finished activation failed; it may be handed out again");
             }
+            if let Some(held) = session_lease {
+                held.release().await;
+            }
         }
+    }
+
+    /// The session's lease for `activation` when several processes share the work: waits while
+    /// another process's worker runs the session (retrying through a brief Redis outage) and
+    /// keeps it renewed; a lease lost mid-turn stops the turn, which hands its message back.
+    /// `Some(None)`: no lease needed (one process, or maintenance, which runs beside turns);
+    /// `None`: shutdown came first.
+    async fn hold_session(
+        &self,
+        activation: &Activation,
+        holder: &LeaseHolder,
+        shutdown: &CancellationToken,
+    ) -> Option<Option<HeldSession>> {
+        let Some(leasing) = &self.inner.deps.leasing else { return Some(None) };
+        if matches!(activation.payload, ActivationPayload::Maintenance { .. }) {
+            return Some(None);
+        }
+        let session_id = &activation.session_id;
+        let mut pause = Duration::from_millis(100);
+        let lease = loop {
+            let attempt = leasing.leases.acquire_within(session_id, holder, leasing.ttl, leasing.ttl);
+            let acquired = tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                acquired = attempt => acquired,
+            };
+            match acquired {
+                Ok(Some(lease)) => break lease,
+                // Another process's worker runs this session: keep waiting for it.
+                Ok(None) => continue,
+                Err(error) => {
+                    tracing::warn!(%error, %session_id, "taking the session's lease failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return None,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+            }
+        };
+        let kept = lease.keep_alive();
+        let lost = kept.lost_token();
+        let agent = self.clone();
+        let session = session_id.clone();
+        let watcher = tokio::spawn(async move {
+            lost.cancelled().await;
+            tracing::warn!(session_id = %session, "the session's lease was lost; stopping its turn so its message is handed back");
+            if let Some(turn) = lock(&agent.inner.running).get(&session).cloned() {
+                turn.stop.stop(StopReason::Shutdown);
+            }
+        });
+        Some(Some(HeldSession { kept, watcher }))
     }
 
     async fn after_panic(&self, activation: &Activation) {

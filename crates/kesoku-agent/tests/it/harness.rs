@@ -32,6 +32,8 @@ pub struct Options {
     pub delegate: bool,
     /// The configured agents (`[[agents]]`); default: none, the default agent answers.
     pub personas: kesoku_agent::Personas,
+    /// Session leases shared with other agents over the same store (several processes).
+    pub leasing: Option<kesoku_agent::SessionLeasing>,
 }
 
 impl Default for Options {
@@ -45,6 +47,7 @@ impl Default for Options {
             extra_models: Vec::new(),
             delegate: false,
             personas: Default::default(),
+            leasing: None,
         }
     }
 }
@@ -95,6 +98,12 @@ impl Harness {
     }
 
     /// Stop the agent as a service shutdown does, waiting for it to finish.
+    /// Another agent (as another process would run) over the same store, gateway and model,
+    /// with a queue of its own; stopped with the returned token.
+    pub async fn boot_another(&self, options: Options) -> (Agent, CancellationToken, JoinHandle<()>) {
+        boot(&self.dir, &self.handle, &self.gateway, &self.model, options).await
+    }
+
     pub async fn shut_down(&mut self) {
         self.shutdown.cancel();
         if let Some(run) = self.run.take() {
@@ -225,6 +234,7 @@ async fn boot_with(
         limits: options.limits,
         intro: None,
         personas: options.personas,
+        leasing: options.leasing,
     });
     agent.recover().await.expect("recover");
     let shutdown = CancellationToken::new();

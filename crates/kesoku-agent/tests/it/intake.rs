@@ -92,6 +92,7 @@ fn agent(shared: &Shared, ledger: Arc<dyn Ledger>, config: AgentConfig) -> Agent
         limits: Default::default(),
         intro: None,
         personas: Default::default(),
+        leasing: None,
     })
 }
 

@@ -13,6 +13,7 @@ mod intake;
 mod interruption;
 mod jobs;
 mod kinds;
+mod leases;
 mod recovery;
 mod subagents;
 mod turns;

@@ -1,6 +1,7 @@
 //! The seven measurements of `kesoku-bench`, one module each, and what they share: building a
 //! model against a mock server, and the report rows they produce.
 
+pub mod cluster;
 pub mod first_answer;
 pub mod history;
 pub mod lanes;

@@ -9,7 +9,7 @@ use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
-use super::{RedisOptions, backoff, client, instance_id, manager, redacted, unavailable};
+use super::{RedisOptions, backoff, client, instance_id, manager, ping, redacted, timed_out, unavailable};
 use crate::{Broker, BrokerError, BrokerEvent, Interest, MemoryBroker, Subscription};
 
 /// Pub/sub over Redis: every process's events reach every process's subscribers.
@@ -27,6 +27,7 @@ pub struct RedisBroker {
 struct BrokerInner {
     url: String,
     conn: ConnectionManager,
+    operation_timeout: Duration,
     channel: String,
     origin: String,
     local: MemoryBroker,
@@ -63,40 +64,61 @@ impl RedisBroker {
     pub async fn with_capacity(options: &RedisOptions, capacity: usize) -> Result<RedisBroker, BrokerError> {
         let url = options.url.clone();
         let client = client(&url)?;
-        let conn = manager(&client, &url, Duration::from_secs(5)).await?;
+        let operation_timeout = options.operation_timeout;
+        let conn = manager(&client, &url, operation_timeout, operation_timeout).await?;
         let channel = format!("{}:events", options.prefix);
         let origin = instance_id();
         let local = MemoryBroker::new(capacity);
-        let pubsub = subscribe(&client, &url, &channel).await?;
-        let listener =
-            tokio::spawn(listen(client, url.clone(), channel.clone(), origin.clone(), local.clone(), pubsub));
-        Ok(RedisBroker { inner: Arc::new(BrokerInner { url, conn, channel, origin, local, listener }) })
+        let pubsub = subscribe(&client, &url, &channel, operation_timeout).await?;
+        let listening = Listening {
+            client,
+            url: url.clone(),
+            channel: channel.clone(),
+            origin: origin.clone(),
+            timeout: operation_timeout,
+        };
+        let listener = tokio::spawn(listen(listening, local.clone(), pubsub));
+        Ok(RedisBroker {
+            inner: Arc::new(BrokerInner { url, conn, operation_timeout, channel, origin, local, listener }),
+        })
     }
 }
 
-async fn subscribe(client: &redis::Client, url: &str, channel: &str) -> Result<redis::aio::PubSub, BrokerError> {
-    let mut pubsub = client.get_async_pubsub().await.map_err(|error| unavailable(url, &error))?;
-    pubsub.subscribe(channel).await.map_err(|error| unavailable(url, &error))?;
-    Ok(pubsub)
+/// A subscription to `channel`, within `timeout` (a cut network would otherwise hang it).
+async fn subscribe(
+    client: &redis::Client,
+    url: &str,
+    channel: &str,
+    timeout: Duration,
+) -> Result<redis::aio::PubSub, BrokerError> {
+    let subscribing = async {
+        let mut pubsub = client.get_async_pubsub().await.map_err(|error| unavailable(url, &error))?;
+        pubsub.subscribe(channel).await.map_err(|error| unavailable(url, &error))?;
+        Ok(pubsub)
+    };
+    tokio::time::timeout(timeout, subscribing).await.unwrap_or_else(|_| Err(timed_out(url, timeout)))
 }
 
-/// Hand other processes' events to this process's subscribers, reconnecting when the
-/// connection drops.
-async fn listen(
+/// What the listening task needs to subscribe again.
+struct Listening {
     client: redis::Client,
     url: String,
     channel: String,
     origin: String,
-    local: MemoryBroker,
-    first: redis::aio::PubSub,
-) {
+    timeout: Duration,
+}
+
+/// Hand other processes' events to this process's subscribers, reconnecting when the
+/// connection drops.
+async fn listen(listening: Listening, local: MemoryBroker, first: redis::aio::PubSub) {
+    let Listening { client, url, channel, origin, timeout } = listening;
     let mut pubsub = Some(first);
     let mut attempt = 0;
     loop {
         let Some(connected) = pubsub.take() else {
             tokio::time::sleep(backoff(attempt)).await;
             attempt = attempt.saturating_add(1);
-            match subscribe(&client, &url, &channel).await {
+            match subscribe(&client, &url, &channel, timeout).await {
                 Ok(connected) => {
                     tracing::info!(channel, "broker: subscribed to Redis again");
                     // What was published meanwhile is lost here: subscribers catch up from the store.
@@ -158,5 +180,9 @@ impl Broker for RedisBroker {
 
     async fn subscribe(&self, interest: Interest) -> Result<Box<dyn Subscription>, BrokerError> {
         self.inner.local.subscribe(interest).await
+    }
+
+    async fn check_ready(&self) -> Result<(), BrokerError> {
+        ping(&self.inner.conn, &self.inner.url, self.inner.operation_timeout).await
     }
 }

@@ -44,17 +44,23 @@ pub struct RedisOptions {
     /// How long an entry read by a process may go without a sign of life before another
     /// process takes it over.
     pub reclaim_after: Duration,
+    /// The longest one Redis operation may take, waiting for a reconnection included: after
+    /// it the operation fails (and is retried with backoff by whoever called it), so an outage
+    /// never hangs a caller.
+    pub operation_timeout: Duration,
 }
 
 impl RedisOptions {
     pub const DEFAULT_PREFIX: &str = "kesoku";
     pub const DEFAULT_RECLAIM_AFTER: Duration = Duration::from_secs(60);
+    pub const DEFAULT_OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 
     pub fn new(url: impl Into<String>) -> Self {
         RedisOptions {
             url: url.into(),
             prefix: Self::DEFAULT_PREFIX.to_owned(),
             reclaim_after: Self::DEFAULT_RECLAIM_AFTER,
+            operation_timeout: Self::DEFAULT_OPERATION_TIMEOUT,
         }
     }
 }
@@ -86,17 +92,46 @@ fn client(url: &str) -> Result<redis::Client, BrokerError> {
 
 /// A connection that reconnects by itself. `response_timeout`: how long one command may take
 /// (a blocking read needs more than its block time).
+///
+/// Bounded: the connection manager's defaults retry a reconnection with growing delays (about
+/// 9 s in all) while commands wait; here one attempt takes at most `operation_timeout`, with
+/// one quick retry, and connecting at all gives up after `operation_timeout` too. Callers retry
+/// with their own backoff ([`backoff`]), so a process outlives an outage and notices it promptly.
 async fn manager(
     client: &redis::Client,
     url: &str,
+    operation_timeout: Duration,
     response_timeout: Duration,
 ) -> Result<ConnectionManager, BrokerError> {
     let config = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(Duration::from_secs(5)))
+        .set_connection_timeout(Some(operation_timeout))
         .set_response_timeout(Some(response_timeout))
-        .set_number_of_retries(3)
-        .set_max_delay(Duration::from_secs(2));
-    client.get_connection_manager_with_config(config).await.map_err(|error| unavailable(url, &error))
+        .set_number_of_retries(1)
+        .set_max_delay(Duration::from_millis(200));
+    let connecting = client.get_connection_manager_with_config(config);
+    match tokio::time::timeout(operation_timeout, connecting).await {
+        Ok(connected) => connected.map_err(|error| unavailable(url, &error)),
+        Err(_) => Err(timed_out(url, operation_timeout)),
+    }
+}
+
+fn timed_out(url: &str, timeout: Duration) -> BrokerError {
+    BrokerError::Unavailable(format!(
+        "Redis at {} did not answer within {} ms; check that it runs and is reachable \
+         (`[broker] operation_timeout_ms` sets this limit)",
+        redacted(url),
+        timeout.as_millis()
+    ))
+}
+
+/// `PING`, within `timeout`: the readiness check of the Redis backends.
+async fn ping(conn: &ConnectionManager, url: &str, timeout: Duration) -> Result<(), BrokerError> {
+    let mut conn = conn.clone();
+    match tokio::time::timeout(timeout, redis::cmd("PING").query_async::<String>(&mut conn)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(unavailable(url, &error)),
+        Err(_) => Err(timed_out(url, timeout)),
+    }
 }
 
 /// After a failure, how long to wait before the next attempt: doubling up to 5 s.

@@ -83,9 +83,10 @@ impl RedisQueue {
     pub async fn connect(options: &RedisOptions, aging: Aging, caps: LaneCaps) -> Result<RedisQueue, BrokerError> {
         let url = options.url.clone();
         let client = client(&url)?;
-        let mut conn = manager(&client, &url, Duration::from_secs(5)).await?;
+        let timeout = options.operation_timeout;
+        let mut conn = manager(&client, &url, timeout, timeout).await?;
         let poll = poll_period(options.reclaim_after);
-        let blocking = manager(&client, &url, poll + Duration::from_secs(5)).await?;
+        let blocking = manager(&client, &url, timeout, poll + timeout).await?;
         let streams = LANES.map(|lane| format!("{}:lane:{lane}", options.prefix));
         create_groups(&mut conn, &streams).await.map_err(|error| unavailable(&url, &error))?;
         let queue = RedisQueue {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use kesoku_broker::lease::{LeaseError, LeaseHolder, MemoryLeases, RedisLeases, SessionLease, SessionLeases};
 use kesoku_core::SessionId;
 use kesoku_test_support::db::servers_required;
+use kesoku_test_support::proxy::CuttableProxy;
 use tokio::sync::Barrier;
 
 const REDIS_URL_VAR: &str = "KESOKU_TEST_REDIS_URL";
@@ -424,52 +425,6 @@ async fn redis_unreachable_is_a_retryable_error_and_a_bad_url_is_not() {
     }
 }
 
-/// A TCP proxy to the test Redis that can be cut: its connections close and new ones are refused,
-/// as when the network to Redis fails.
-struct CuttableProxy {
-    port: u16,
-    cut: tokio_util::sync::CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl CuttableProxy {
-    async fn start(upstream: (String, u16)) -> CuttableProxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a local port for the proxy");
-        let port = listener.local_addr().expect("the proxy's address").port();
-        let cut = tokio_util::sync::CancellationToken::new();
-        let task = tokio::spawn({
-            let cut = cut.clone();
-            async move {
-                let mut connections = tokio::task::JoinSet::new();
-                loop {
-                    tokio::select! {
-                        () = cut.cancelled() => break,
-                        accepted = listener.accept() => {
-                            let Ok((mut inbound, _)) = accepted else { continue };
-                            let upstream = upstream.clone();
-                            connections.spawn(async move {
-                                if let Ok(mut outbound) = tokio::net::TcpStream::connect(upstream).await {
-                                    // Ends when either side closes; the test only cares that it
-                                    // stops when cut.
-                                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
-                                }
-                            });
-                        }
-                    }
-                }
-                connections.shutdown().await;
-            }
-        });
-        CuttableProxy { port, cut, task }
-    }
-
-    /// Close every connection and stop listening.
-    async fn cut(self) {
-        self.cut.cancel();
-        self.task.await.expect("the proxy task ends");
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_a_kept_lease_is_lost_when_redis_stays_unreachable_for_its_ttl() {
     let Some(place) = Place::redis().await else { return };
@@ -478,9 +433,10 @@ async fn redis_a_kept_lease_is_lost_when_redis_stays_unreachable_for_its_ttl() {
     let redis::ConnectionAddr::Tcp(host, port) = info.addr().clone() else {
         panic!("{REDIS_URL_VAR} must name a plain tcp address for this test")
     };
-    let proxy = CuttableProxy::start((host, port)).await;
-    let client = redis::Client::open(info.set_addr(redis::ConnectionAddr::Tcp("127.0.0.1".to_owned(), proxy.port)))
-        .expect("the proxied connection info is valid");
+    let proxy = CuttableProxy::start(format!("{host}:{port}")).await.expect("a local port for the proxy");
+    let client =
+        redis::Client::open(info.set_addr(redis::ConnectionAddr::Tcp("127.0.0.1".to_owned(), proxy.addr().port())))
+            .expect("the proxied connection info is valid");
     let connection = redis::aio::ConnectionManager::new_with_config(client, redis::aio::ConnectionManagerConfig::new())
         .await
         .expect("a connection to redis through the proxy");
@@ -494,7 +450,7 @@ async fn redis_a_kept_lease_is_lost_when_redis_stays_unreachable_for_its_ttl() {
         .expect("granted")
         .keep_alive();
     let lost = kept.lost_token();
-    proxy.cut().await;
+    proxy.cut();
     // No renewal can be confirmed now: once the ttl has passed, the holder must count the lease
     // as lost (Redis has expired it by then, and anyone may take the session).
     tokio::time::timeout(PATIENCE, lost.cancelled()).await.expect("the lease counts as lost");

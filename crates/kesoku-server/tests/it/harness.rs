@@ -71,6 +71,7 @@ impl TestServer {
             running: Vec::new(),
             queue: LaneDepths { interactive: 2, responsive: 1, background: 0, running: 0 },
             limits: limits(),
+            queue_unreadable: false,
         };
         TestServer { dir, gateway, store: handle.store, ledger: handle.ledger, control }
     }

@@ -18,6 +18,7 @@ mod harness;
 mod messages;
 mod openapi;
 mod ops;
+mod outage;
 mod serve;
 mod sessions;
 mod trajectory;

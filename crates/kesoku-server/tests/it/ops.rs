@@ -1,10 +1,12 @@
 //! Health, readiness, metrics, the ledger and the runtime snapshot.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use chrono::Utc;
 use http::StatusCode;
 use kesoku_broker::MemoryBroker;
+use kesoku_broker::lease::{LeaseHolder, MemoryLeases, SessionLeases};
 use kesoku_core::{
     Activation, ActivationId, ActivationPayload, ExpectedResponse, Lane, LedgerEntry, Outcome, SessionId, Usage,
 };
@@ -33,6 +35,7 @@ async fn health_is_always_ok_and_readiness_follows_the_store() {
     backend.close().await;
     let not_ready = send(&app, get("/readyz")).await;
     assert_error(&not_ready, StatusCode::SERVICE_UNAVAILABLE, "not_ready");
+    assert!(not_ready.message().contains("store") && !not_ready.message().contains("broker"), "{not_ready:?}");
     assert_eq!(send(&app, get("/healthz")).await.status, StatusCode::OK, "liveness does not depend on the store");
 }
 
@@ -149,24 +152,44 @@ async fn metrics_render_the_recorder_and_scrape_time_gauges() {
     metrics::with_local_recorder(&recorder, || {
         metrics::counter!("kesoku_turns_total", "outcome" => "succeeded").increment(3);
     });
-    let app = kesoku_server::app(server.state().with_metrics(handle));
+    let leases = Arc::new(MemoryLeases::new());
+    let holder = LeaseHolder::generate();
+    for session in [SessionId::generate(), SessionId::generate()] {
+        let lease = leases.acquire(&session, &holder, Duration::from_secs(60)).await.expect("acquire answers");
+        assert!(lease.is_some(), "a free session's lease is granted");
+    }
+    let app = kesoku_server::app(server.state().with_metrics(handle).with_leases(leases));
     let reply = send(&app, get("/metrics")).await;
     assert_eq!(reply.status, StatusCode::OK);
     assert!(reply.content_type().starts_with("text/plain; version=0.0.4"), "{}", reply.content_type());
     for line in [
         "kesoku_turns_total{outcome=\"succeeded\"} 3",
-        "kesoku_lane_depth{lane=\"interactive\"} 2",
-        "kesoku_lane_depth{lane=\"responsive\"} 1",
-        "kesoku_lane_depth{lane=\"background\"} 0",
-        "kesoku_turns_running 0",
-        "kesoku_messages_open{status=\"pending_agent\"} 1",
+        "kesoku_lane_depth{lane=\"interactive\",scope=\"cluster\"} 2",
+        "kesoku_lane_depth{lane=\"responsive\",scope=\"cluster\"} 1",
+        "kesoku_lane_depth{lane=\"background\",scope=\"cluster\"} 0",
+        "kesoku_turns_running{scope=\"process\"} 0",
+        "kesoku_messages_open{status=\"pending_agent\",scope=\"cluster\"} 1",
+        "kesoku_session_leases_held{scope=\"cluster\"} 2",
         "# TYPE kesoku_lane_depth gauge",
     ] {
         assert!(reply.text.lines().any(|l| l == line), "missing `{line}` in:\n{}", reply.text);
     }
-    // Without a recorder the gauges are still there.
+    // Without a recorder the gauges are still there; without leases, no lease gauge.
     let bare = send(&server.app(), get("/metrics")).await;
-    assert!(bare.text.contains("kesoku_lane_depth{lane=\"interactive\"} 2"));
+    assert!(bare.text.contains("kesoku_lane_depth{lane=\"interactive\",scope=\"cluster\"} 2"));
+    assert!(!bare.text.contains("kesoku_session_leases_held"), "{}", bare.text);
+}
+
+/// While the queue cannot be read (its Redis is down) the lane depths are left out, not
+/// reported as an empty queue; the rest of the scrape still answers.
+#[tokio::test]
+async fn metrics_leave_out_lane_depths_the_queue_could_not_report() {
+    let server = TestServer::new().await;
+    server.control.state.lock().expect("lock").queue_unreadable = true;
+    let reply = send(&server.app(), get("/metrics")).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(!reply.text.contains("kesoku_lane_depth"), "{}", reply.text);
+    assert!(reply.text.lines().any(|l| l == "kesoku_turns_running{scope=\"process\"} 0"), "{}", reply.text);
 }
 
 /// The memory gauges render the report the binary's wiring gathers, under their names; a

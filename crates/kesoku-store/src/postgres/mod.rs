@@ -32,8 +32,36 @@ mod schema;
 mod store;
 mod work;
 
-/// Connections per store.
-const POOL_SIZE: u32 = 8;
+/// How a [`PgStore`]'s pool behaves (`[database]` in the config). Every wait is bounded, so a
+/// PostgreSQL outage makes store calls fail after a while (and callers retry) instead of hanging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PgPoolSettings {
+    /// Connections per store (per process).
+    pub max_connections: u32,
+    /// The longest a store call waits for a connection: for a free one from the pool, or for a
+    /// new one to be opened (connecting and logging in included). Past it the call fails with
+    /// a retryable error.
+    pub acquire_timeout: Duration,
+    /// PostgreSQL's `statement_timeout` on every connection: a statement running longer is
+    /// cancelled by the server. `None`: the server's setting.
+    pub statement_timeout: Option<Duration>,
+}
+
+impl PgPoolSettings {
+    pub const DEFAULT_MAX_CONNECTIONS: u32 = 8;
+    pub const DEFAULT_ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+    pub const DEFAULT_STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
+}
+
+impl Default for PgPoolSettings {
+    fn default() -> Self {
+        PgPoolSettings {
+            max_connections: Self::DEFAULT_MAX_CONNECTIONS,
+            acquire_timeout: Self::DEFAULT_ACQUIRE_TIMEOUT,
+            statement_timeout: Some(Self::DEFAULT_STATEMENT_TIMEOUT),
+        }
+    }
+}
 /// A pooled connection idle at least this long is pinged before use (and replaced if dead);
 /// one in use more recently is handed out as it is. sqlx's default pings on every acquire:
 /// one more round trip per store call, a good part of a turn's time on PostgreSQL.
@@ -83,11 +111,28 @@ impl PgStore {
         self.pool.close().await;
     }
 
+    /// Connect with prepared options and pool settings, and migrate the schema.
+    pub async fn connect_with_pool(options: PgConnectOptions, pool: PgPoolSettings) -> StoreResult<Self> {
+        Self::connect_in_mode_with(options, OpenMode::CreateIfMissing, pool).await
+    }
+
     pub(crate) async fn connect_in_mode(options: PgConnectOptions, mode: OpenMode) -> StoreResult<Self> {
+        Self::connect_in_mode_with(options, mode, PgPoolSettings::default()).await
+    }
+
+    pub(crate) async fn connect_in_mode_with(
+        options: PgConnectOptions,
+        mode: OpenMode,
+        settings: PgPoolSettings,
+    ) -> StoreResult<Self> {
+        let options = match settings.statement_timeout {
+            Some(timeout) => options.options([("statement_timeout", format!("{}ms", timeout.as_millis()))]),
+            None => options,
+        };
         let pool = PgPoolOptions::new()
-            .max_connections(POOL_SIZE)
+            .max_connections(settings.max_connections.max(1))
             .min_connections(0)
-            .acquire_timeout(Duration::from_secs(30))
+            .acquire_timeout(settings.acquire_timeout)
             .test_before_acquire(false)
             .before_acquire(|conn, meta| {
                 Box::pin(async move {
@@ -186,7 +231,32 @@ fn bind(query: Query) -> sqlx::query::Query<'static, Postgres, PgArguments> {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use std::time::Duration;
+
+    use kesoku_test_support::db::pg_schema;
+
+    use super::{PgPoolSettings, PgStore, redact};
+
+    /// The pool settings reach every connection: PostgreSQL cancels a statement past
+    /// `statement_timeout`, and the pool opens no more than `max_connections`.
+    #[tokio::test]
+    async fn pool_settings_bound_statements_and_size_the_pool() {
+        let Some(db) = pg_schema().await else { return };
+        let settings = PgPoolSettings {
+            max_connections: 2,
+            acquire_timeout: Duration::from_secs(10),
+            statement_timeout: Some(Duration::from_millis(1234)),
+        };
+        let store = PgStore::connect_with_pool(db.connect_options(), settings).await.expect("connect");
+        let shown: String = sqlx::query_scalar("SHOW statement_timeout").fetch_one(&store.pool).await.expect("show");
+        assert_eq!(shown, "1234ms");
+        let slow = sqlx::query("SELECT pg_sleep(5)").execute(&store.pool).await;
+        let error = slow.expect_err("a statement past statement_timeout is cancelled");
+        assert!(error.to_string().contains("statement timeout"), "{error}");
+        assert_eq!(store.pool.options().get_max_connections(), 2);
+        store.close().await;
+        db.cleanup().await;
+    }
 
     #[test]
     fn redact_hides_only_the_password() {

@@ -334,6 +334,9 @@ async fn start_http(
     if let Some(token) = token {
         state = state.with_token(token);
     }
+    if let Some(leasing) = agent.leasing() {
+        state = state.with_leases(std::sync::Arc::clone(&leasing.leases));
+    }
     let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
     let addr = listener.local_addr().unwrap_or(addr);
     let deliverer =

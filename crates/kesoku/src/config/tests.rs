@@ -285,9 +285,33 @@ fn the_broker_section_selects_redis_and_refuses_what_cannot_work() {
         ("[broker]\nurl = \"http://cache\"\n", "redis://"),
         ("[broker]\nprefix = \" \"\n", "prefix"),
         ("[broker]\nreclaim_after_s = 0\n", "reclaim_after_s"),
+        ("[broker]\noperation_timeout_ms = 0\n", "operation_timeout_ms"),
     ] {
         let error = Config::parse(Path::new(PATH), text).err().map(|e| format!("{e:#}")).unwrap_or_default();
         assert!(error.contains("[broker]") && error.contains(says), "{text}: {error}");
+    }
+    let defaults = parse("[broker]\nurl = \"redis://cache\"\n").broker.redis().expect("redis selected");
+    assert_eq!(defaults.operation_timeout, kesoku_broker::RedisOptions::DEFAULT_OPERATION_TIMEOUT);
+    let bounded = parse("[broker]\nurl = \"redis://cache\"\noperation_timeout_ms = 1500\n");
+    let options = bounded.broker.redis().expect("redis selected");
+    assert_eq!(options.operation_timeout, std::time::Duration::from_millis(1500));
+}
+
+#[test]
+fn the_database_section_sizes_and_bounds_the_postgres_pool() {
+    use std::time::Duration;
+    assert_eq!(parse("").database.pool(), kesoku_store::PgPoolSettings::default());
+    let config = parse("[database]\nmax_connections = 20\nacquire_timeout_ms = 2500\nstatement_timeout_ms = 0\n");
+    let pool = config.database.pool();
+    assert_eq!((pool.max_connections, pool.acquire_timeout), (20, Duration::from_millis(2500)));
+    assert_eq!(pool.statement_timeout, None, "0 leaves the server's statement_timeout");
+    for (text, says) in [
+        ("[database]\nmax_connections = 0\n", "[database] max_connections"),
+        ("[database]\nacquire_timeout_ms = 0\n", "[database] acquire_timeout_ms"),
+        ("[database]\npool = 3\n", "unknown field `pool`"),
+    ] {
+        let error = Config::parse(Path::new(PATH), text).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(error.contains(says), "{text}: {error}");
     }
 }
 
@@ -396,4 +420,19 @@ fn an_agents_tool_that_is_not_configured_is_refused_naming_the_known_ones() {
     );
     let fine = parse("[[agents]]\nname = \"Ana\"\nchannels = [\"api\"]\ntools = [\"read_file\"]\n");
     assert!(super::check_agent_tools(&fine.agents, known.into_iter()).is_ok());
+}
+
+/// `deploy/kesoku.toml`, the config every process of `deploy/compose.yaml` reads, loads with the
+/// keys the README documents: Redis shared, PostgreSQL pooled, the API open to the network
+/// behind a token.
+#[test]
+fn the_deployment_example_config_loads() {
+    let config = Config::parse(Path::new("/etc/kesoku/kesoku.toml"), include_str!("../../../../deploy/kesoku.toml"))
+        .unwrap_or_else(|error| panic!("deploy/kesoku.toml: {error:#}"));
+    let redis = config.broker.redis().expect("the deployment shares a redis");
+    assert_eq!((redis.url.as_str(), redis.prefix.as_str()), ("redis://redis:6379", "kesoku"));
+    assert!(config.database_url.starts_with("postgres://kesoku@postgres:5432/"), "{}", config.database_url);
+    assert_eq!(config.database.pool(), kesoku_store::PgPoolSettings::default(), "the example spells out the defaults");
+    let http = config.http.as_ref().expect("the ingest serves the api");
+    assert_eq!(http.token_env.as_deref(), Some("KESOKU_HTTP_TOKEN"));
 }

@@ -11,6 +11,7 @@ mod google_chat;
 mod grants;
 mod jobs;
 mod local;
+mod outage;
 mod repl;
 mod service;
 mod subagents;
