@@ -12,8 +12,8 @@ use kesoku_broker::StopReason;
 use kesoku_broker::lease::{KeptLease, LeaseHolder};
 use kesoku_core::activation::AfterPass;
 use kesoku_core::{
-    Activation, ActivationPayload, Message, MessageFilter, MessageId, Orchestration, Outcome, Role, SessionId, Status,
-    TurnOrigin, Usage,
+    Activation, ActivationId, ActivationPayload, Message, MessageFilter, MessageId, Orchestration, Outcome, Role,
+    SessionId, Status, TurnOrigin, Usage,
 };
 use kesoku_gateway::GatewayError;
 use kesoku_llm::{LlmError, Request, Response};
@@ -266,11 +266,7 @@ impl Agent {
         let Some(claimed) =
             gateway.claim(&message.id, Status::Processing, &[Status::PendingAgent], &self.inner.worker_id).await?
         else {
-            return Ok((
-                Outcome::Cancelled,
-                Some("the message was no longer pending (already handled or stopped)".to_owned()),
-                Usage::default(),
-            ));
+            return Ok(self.unclaimed(activation, &message.id).await);
         };
         let root = claimed.message;
         if root.metadata.is_compaction == Some(true) {
@@ -292,6 +288,52 @@ impl Agent {
         heartbeat.cancel();
         lock(&self.inner.running).remove(&activation.session_id);
         result
+    }
+
+    /// The outcome of an activation whose message was no longer pending. Usually another run
+    /// handled or stopped it (`cancelled`). But when the message ended `processed` and no
+    /// activation of it is recorded as `succeeded`, this activation is a redelivery of the one
+    /// that answered it: its worker died after resolving the message and before the ledger
+    /// heard the outcome (activation ids derive from the message and its revision, so the
+    /// redelivery writes the same row). The row then says `succeeded`, so every answered
+    /// message keeps exactly one successful row.
+    async fn unclaimed(&self, activation: &Activation, message_id: &MessageId) -> (Outcome, Option<String>, Usage) {
+        let cancelled = (
+            Outcome::Cancelled,
+            Some("the message was no longer pending (already handled or stopped)".to_owned()),
+            Usage::default(),
+        );
+        let store = self.inner.deps.gateway.store();
+        let Ok(Some(now)) = store.get_message(message_id).await else { return cancelled };
+        if now.status != Status::Processed {
+            return cancelled;
+        }
+        let filter =
+            kesoku_store::LedgerFilter { session_id: Some(activation.session_id.clone()), ..Default::default() };
+        let Ok(rows) = self.inner.deps.ledger.list_activations(&filter).await else { return cancelled };
+        let answered_elsewhere = rows.iter().any(|row| {
+            row.id != activation.id
+                && row.message_id.as_ref() == Some(message_id)
+                && row.outcome == Some(Outcome::Succeeded)
+        });
+        // Its own answer, not a turn it joined (steered messages end `processed` too, without one).
+        let answers = MessageFilter::session(&activation.session_id)
+            .with_roles(&[Role::Assistant])
+            .with_types(&[kesoku_core::MessageType::Text]);
+        let Ok(answers) = store.list_messages(&answers).await else { return cancelled };
+        let answered_here = answers.iter().any(|m| m.parent_id.as_ref() == Some(message_id));
+        let redelivered = activation.id.as_str().starts_with(&format!("{}_{message_id}@", ActivationId::PREFIX));
+        if answered_elsewhere || !answered_here || !redelivered {
+            return cancelled;
+        }
+        (
+            Outcome::Succeeded,
+            Some(
+                "answered by an earlier delivery of this activation (its worker stopped before recording it)"
+                    .to_owned(),
+            ),
+            Usage::default(),
+        )
     }
 
     /// Keep the claim fresh while the turn runs, so orphan recovery never takes a live turn.
