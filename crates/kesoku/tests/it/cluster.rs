@@ -376,3 +376,111 @@ async fn a_split_role_without_a_shared_broker_is_refused_saying_why() {
         assert!(err.contains("[broker] url"), "{err}");
     }
 }
+
+/// One message's place in a trajectory, without ids or times: what must match between runs.
+type Step = (Role, MessageType, Status, String, String);
+
+/// Every channel's trajectory (the channel's session in phased order), by channel.
+async fn trajectories(store: &StoreHandle, channels: usize) -> HashMap<String, Vec<Step>> {
+    let mut all = HashMap::new();
+    for k in 0..channels {
+        let channel = format!("load-{k}");
+        let session = store.store.active_session("api", &channel).await.expect("read").expect("a session");
+        let steps = store
+            .store
+            .session_history(&session)
+            .await
+            .expect("history")
+            .into_iter()
+            .map(|m| (m.role, m.message_type, m.status, m.sender, m.content))
+            .collect();
+        all.insert(channel, steps);
+    }
+    all
+}
+
+/// Run the workload (`messages` over `channels`, one message per session at a time) against
+/// a started deployment whose API is at `base`; its trajectories once every message is done.
+async fn run_workload(store: &StoreHandle, base: &str, messages: usize, channels: usize) -> HashMap<String, Vec<Step>> {
+    let client = reqwest::Client::new();
+    let ids = send_range(&client, base, 0..messages, channels).await;
+    let settled = tokio::time::timeout(SETTLE, async {
+        while processed_count(store, &ids).await < ids.len() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(settled.is_ok(), "not every message was processed in time");
+    // Answers are delivered by the API chatbot after they are stored: wait for that too, so
+    // both runs are compared at rest.
+    wait_for("every answer to be delivered", SETTLE, || async {
+        store
+            .store
+            .list_messages(&MessageFilter::status(Status::Pending).with_chatbot("api"))
+            .await
+            .is_ok_and(|pending| pending.is_empty())
+    })
+    .await;
+    trajectories(store, channels).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_workload_in_one_process_on_sqlite_gives_the_same_trajectories() {
+    let Some(redis) = test_redis_url() else { return };
+    let Some(db) = kesoku_test_support::db::pg_schema().await else { return };
+    let (messages, channels) = (60, 12);
+    let model = MockServer::start_with(
+        Vendor::OpenAi,
+        MockOptions {
+            api_key: Some(MOCK_API_KEY.to_owned()),
+            chunk_delay: Duration::ZERO,
+            behaviour: Behaviour::Rules(vec![MockRule::new(
+                "",
+                // Both runs' turns (every reply is the same, whatever the order of the turns).
+                std::iter::repeat_n(MockReply::text("Noted."), 4 * 60).collect(),
+            )]),
+        },
+    )
+    .await;
+
+    // Three processes on PostgreSQL + Redis.
+    let prefix = format!("kesoku_test_{}", ulid::Ulid::generate());
+    let cluster = Workspace::with_config(&cluster_config(&model.base_url(), db.url(), &redis, &prefix));
+    let init = cluster.run(&["init"], &[KEY]).await;
+    assert!(init.status.success(), "init failed: {}", stderr(&init));
+    let cluster_store = kesoku_store::open(db.url()).await.expect("open the cluster's store");
+    let ingest = Service::spawn_with(&cluster, "ingest.log", &[KEY], &["start", "--role", "ingest"]);
+    let worker_a = Service::spawn_with(&cluster, "worker-a.log", &[KEY], &["start", "--role", "worker"]);
+    let worker_b = Service::spawn_with(&cluster, "worker-b.log", &[KEY], &["start", "--role", "worker"]);
+    let base = ingest.api_base().await;
+    worker_a.wait_logged("kesoku service started").await;
+    worker_b.wait_logged("kesoku service started").await;
+    let scaled_out = run_workload(&cluster_store, &base, messages, channels).await;
+    for service in [ingest, worker_a, worker_b] {
+        let (status, service) = service.terminate().await;
+        assert!(status.success(), "a process stops cleanly: {}", service.log());
+    }
+
+    // The embedded default: one process, SQLite, the in-process broker and queue.
+    let embedded_config = cluster_config(&model.base_url(), "sqlite://kesoku.db", &redis, &prefix)
+        .split("[broker]")
+        .next()
+        .map(|head| format!("{head}[http]\nlisten = \"127.0.0.1:0\"\n"))
+        .expect("the config has a head");
+    let single = Workspace::with_config(&embedded_config);
+    let init = single.run(&["init"], &[KEY]).await;
+    assert!(init.status.success(), "init failed: {}", stderr(&init));
+    let service = Service::spawn_with(&single, "service.log", &[KEY], &["start"]);
+    let base = service.api_base().await;
+    let url = format!("sqlite://{}", single.path().join("kesoku.db").display());
+    let single_store = kesoku_store::open(&url).await.expect("open the embedded store");
+    let embedded = run_workload(&single_store, &base, messages, channels).await;
+    let (status, service) = service.terminate().await;
+    assert!(status.success(), "the service stops cleanly: {}", service.log());
+
+    assert_eq!(scaled_out.len(), channels);
+    for (channel, steps) in &embedded {
+        assert_eq!(steps.len(), 2 * messages / channels, "{channel}: a question and an answer per message");
+        assert_eq!(scaled_out.get(channel), Some(steps), "{channel}: the trajectories differ");
+    }
+}
