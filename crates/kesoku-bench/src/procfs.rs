@@ -52,6 +52,18 @@ pub fn children_cpu_time() -> Duration {
         .unwrap_or_default()
 }
 
+/// The whole machine's CPU time so far from `/proc/stat` (every process: PostgreSQL and Redis
+/// too), as (busy, total) jiffies over all CPUs; `None` where it cannot be read.
+pub fn machine_cpu() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|line| line.starts_with("cpu "))?;
+    let fields: Vec<u64> = line.split_whitespace().skip(1).filter_map(|f| f.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal …: idle and iowait are not busy.
+    let total: u64 = fields.iter().take(8).sum();
+    let idle = fields.get(3).copied().unwrap_or(0) + fields.get(4).copied().unwrap_or(0);
+    Some((total.saturating_sub(idle), total))
+}
+
 /// The largest peak resident set of any child this process has waited for, in bytes.
 pub fn children_peak_rss() -> Option<u64> {
     let usage = getrusage(UsageWho::RUSAGE_CHILDREN).ok()?;

@@ -7,7 +7,8 @@
 //! API at once (64 requests in flight); a run ends when every message is `processed` in the
 //! store. The limit is measured alone in the same run: the ingest process with no worker at
 //! all (how fast the HTTP API stores and queues messages), and the CPU the kesoku processes
-//! used (cores busy per wall second; this machine has what `procfs::machine` says).
+//! used (cores busy per wall second) beside how busy the whole machine was (PostgreSQL and Redis
+//! share its CPUs): a machine near 100 % busy is stopped by its CPUs, not by Kesoku's design.
 //!
 //! The binary is the one next to this executable (`target/release/kesoku`): build it first.
 
@@ -23,7 +24,7 @@ use tokio::process::{Child, Command};
 use crate::bench::startup::workspace;
 use crate::bench::{Row, Scale, Verdict};
 use crate::mock::{HttpPolicy, PolicyServer};
-use crate::procfs::children_cpu_time;
+use crate::procfs::{children_cpu_time, machine_cpu};
 use crate::system::{Backend, StoreSetup};
 
 /// Requests in flight while posting.
@@ -39,13 +40,19 @@ pub struct Measured {
     pub turns_per_second: f64,
     /// CPU seconds of the kesoku processes per wall second.
     pub cpu_cores_used: f64,
+    /// How busy the whole machine was during the workload (PostgreSQL and Redis included),
+    /// 0 to 1 over all its CPUs.
+    pub machine_busy: Option<f64>,
 }
 
-/// The ingest process alone: messages stored and queued per second through the HTTP API.
+/// The limits alone: the ingest process with no worker (messages stored and queued per second
+/// through the HTTP API), and the PostgreSQL store doing a plain turn's reads and writes with
+/// nothing else (the throughput measurement's "store alone", here on the same server).
 #[derive(Debug, Clone)]
 pub struct IngestOnly {
     pub messages: usize,
     pub messages_per_second: f64,
+    pub store_alone: crate::bench::throughput::StoreOnly,
 }
 
 pub async fn run(
@@ -64,7 +71,11 @@ pub async fn run(
         measured.push(run_one(binary, &mock, Some((postgres, redis)), Some(workers), sessions).await?);
     }
     eprintln!("  the ingest process alone …");
-    let ingest = ingest_only(binary, &mock, postgres, redis, sessions).await?;
+    let mut ingest = ingest_only(binary, &mock, postgres, redis, sessions).await?;
+    eprintln!("  the PostgreSQL store alone …");
+    ingest.store_alone =
+        crate::bench::throughput::store_alone(&Backend::Postgres(postgres.to_owned()), sessions, scale.pick(1, 2))
+            .await?;
     Ok((measured, ingest))
 }
 
@@ -208,14 +219,21 @@ async fn run_one(
     }
     let outcome = async {
         deployment.ready().await?;
+        let machine_before = machine_cpu();
         let started = Instant::now();
         deployment.post_all(sessions).await?;
         deployment.all_processed(sessions).await?;
-        anyhow::Ok(started.elapsed())
+        let busy = match (machine_before, machine_cpu()) {
+            (Some((busy0, total0)), Some((busy1, total1))) if total1 > total0 => {
+                Some((busy1 - busy0) as f64 / (total1 - total0) as f64)
+            }
+            _ => None,
+        };
+        anyhow::Ok((started.elapsed(), busy))
     }
     .await;
     deployment.stop().await;
-    let elapsed = outcome?;
+    let (elapsed, machine_busy) = outcome?;
     // The processes are reaped now: their CPU time (start-up included) is in the children's figure.
     let cpu = children_cpu_time().saturating_sub(cpu_before);
     Ok(Measured {
@@ -224,6 +242,7 @@ async fn run_one(
         elapsed,
         turns_per_second: sessions as f64 / elapsed.as_secs_f64(),
         cpu_cores_used: cpu.as_secs_f64() / elapsed.as_secs_f64(),
+        machine_busy,
     })
 }
 
@@ -243,7 +262,16 @@ async fn ingest_only(
     .await;
     deployment.stop().await;
     let elapsed = outcome?;
-    Ok(IngestOnly { messages: sessions, messages_per_second: sessions as f64 / elapsed.as_secs_f64() })
+    Ok(IngestOnly {
+        messages: sessions,
+        messages_per_second: sessions as f64 / elapsed.as_secs_f64(),
+        store_alone: crate::bench::throughput::StoreOnly {
+            turns: 0,
+            turns_per_second: 0.0,
+            writes_per_turn: 0,
+            cpu_cores_used: 0.0,
+        },
+    })
 }
 
 fn free_port() -> anyhow::Result<u16> {
@@ -270,10 +298,11 @@ pub fn rows(measured: &[Measured], ingest: &IngestOnly) -> Vec<Row> {
             "measured (no target)",
             Verdict::Info,
             format!(
-                "{} sessions × 1 message through the HTTP API, instant mock; {:.1} s; kesoku processes used {:.2} CPU cores (start-up included){versus}",
+                "{} sessions × 1 message through the HTTP API, instant mock; {:.1} s; kesoku processes used {:.2} CPU cores (start-up included); the machine was {} busy{versus}",
                 m.turns,
                 m.elapsed.as_secs_f64(),
-                m.cpu_cores_used
+                m.cpu_cores_used,
+                m.machine_busy.map_or("?".to_owned(), |b| format!("{:.0} %", b * 100.0)),
             ),
         ));
     }
@@ -286,6 +315,18 @@ pub fn rows(measured: &[Measured], ingest: &IngestOnly) -> Vec<Row> {
         format!(
             "{} messages stored and queued through the HTTP API with no worker running; turns/s cannot pass this",
             ingest.messages
+        ),
+    ));
+    let store = &ingest.store_alone;
+    rows.push(Row::new(
+        "scale-out limit: the PostgreSQL store alone",
+        "PostgreSQL",
+        format!("{:.0} turns/s", store.turns_per_second),
+        "measured (no target)",
+        Verdict::Info,
+        format!(
+            "{} turns of a plain turn's reads and writes ({} writes each), 1,000 concurrent, nothing else; this process used {:.2} CPU cores",
+            store.turns, store.writes_per_turn, store.cpu_cores_used
         ),
     ));
     rows

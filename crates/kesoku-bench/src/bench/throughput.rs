@@ -135,7 +135,7 @@ async fn run_rounds(client: &Client, sessions: &[Session], rounds: usize) -> any
 
 /// The reads and writes the runtime and a chatbot make for one plain turn, straight on the
 /// store: no agent, no broker, no model.
-async fn store_alone(backend: &Backend, sessions: usize, rounds: usize) -> anyhow::Result<StoreOnly> {
+pub async fn store_alone(backend: &Backend, sessions: usize, rounds: usize) -> anyhow::Result<StoreOnly> {
     let setup = StoreSetup::open(backend).await?;
     let handle = setup.handle.clone();
     let mut all = Vec::with_capacity(sessions);
