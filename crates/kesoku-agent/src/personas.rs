@@ -40,6 +40,18 @@ pub struct AgentPersona {
 }
 
 impl AgentPersona {
+    /// An agent with only a name and where it sits (intro, model and tools left to the defaults).
+    pub fn sitting_in(name: &str, channels: &[&str]) -> Self {
+        AgentPersona {
+            name: name.to_owned(),
+            intro: None,
+            intro_file: None,
+            model: None,
+            tools: None,
+            channels: channels.iter().map(|c| (*c).to_owned()).collect(),
+        }
+    }
+
     /// Whether this agent sits in `chatbot_id:channel_id`.
     pub fn sits_in(&self, chatbot_id: &str, channel_id: &str) -> bool {
         self.channels.iter().any(|pattern| match pattern.split_once(':') {
@@ -155,14 +167,7 @@ mod tests {
     use super::*;
 
     fn persona(name: &str, channels: &[&str]) -> AgentPersona {
-        AgentPersona {
-            name: name.to_owned(),
-            intro: None,
-            intro_file: None,
-            model: None,
-            tools: None,
-            channels: channels.iter().map(|c| (*c).to_owned()).collect(),
-        }
+        AgentPersona::sitting_in(name, channels)
     }
 
     fn team() -> Personas {

@@ -363,14 +363,7 @@ mod tests {
     }
 
     fn persona(name: &str, channels: &[&str]) -> AgentPersona {
-        AgentPersona {
-            name: name.to_owned(),
-            intro: None,
-            intro_file: None,
-            model: None,
-            tools: None,
-            channels: channels.iter().map(|c| (*c).to_owned()).collect(),
-        }
+        AgentPersona::sitting_in(name, channels)
     }
 
     fn user(session: &SessionId, text: &str) -> Message {

@@ -10,14 +10,7 @@ use serde_json::json;
 use crate::harness::{BOT, CHANNEL, Harness, Options};
 
 fn persona(name: &str, channels: &[&str]) -> AgentPersona {
-    AgentPersona {
-        name: name.to_owned(),
-        intro: None,
-        intro_file: None,
-        model: None,
-        tools: None,
-        channels: channels.iter().map(|c| (*c).to_owned()).collect(),
-    }
+    AgentPersona::sitting_in(name, channels)
 }
 
 /// Ana and Ryan share the harness's channel; Cai sits elsewhere.

@@ -95,7 +95,20 @@ async fn crash_loop(policy: HttpPolicy, kills: usize) {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("start the service");
-        let wait = rand::random_range(0..KILL_WINDOW_MS);
+        // Every other round the kill lands anywhere from the spawn on (start-up and recovery
+        // included); the others wait for this round's first model request, so the kill lands
+        // inside a turn however long a loaded machine takes to start the service.
+        let window = if round % 2 == 1 {
+            let before = model.requests();
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            while model.requests() == before && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            KILL_WINDOW_MS / 4
+        } else {
+            KILL_WINDOW_MS
+        };
+        let wait = rand::random_range(0..window);
         tokio::time::sleep(Duration::from_millis(wait)).await;
         child.start_kill().expect("SIGKILL the service");
         let status = child.wait().await.expect("reap the service");
