@@ -18,6 +18,8 @@ use tempfile::TempDir;
 
 /// The PostgreSQL server tests use (for example `postgres://postgres@127.0.0.1:5432/test`).
 pub const POSTGRES_URL_VAR: &str = "KESOKU_TEST_POSTGRES_URL";
+/// The test Redis's URL (each test puts its own key prefix on it).
+pub const REDIS_URL_VAR: &str = "KESOKU_TEST_REDIS_URL";
 /// Set to `1` to make tests fail, not skip, when a server they need is not configured.
 pub const REQUIRE_SERVERS_VAR: &str = "KESOKU_REQUIRE_SERVERS";
 /// Prefix of the schemas made by [`pg_schema`].
@@ -118,6 +120,26 @@ async fn drop_schema_at(admin_url: &str, schema: &str) {
     .await;
     if let Err(error) = result {
         eprintln!("note: could not drop test schema {schema}: {error}");
+    }
+}
+
+/// The test Redis's URL (`KESOKU_TEST_REDIS_URL`, trimmed), or `None` (after printing why) when
+/// it is not set.
+///
+/// # Panics
+/// When `KESOKU_REQUIRE_SERVERS=1` and the URL is unset: a test meant to run must not pass
+/// silently.
+pub fn redis_url() -> Option<String> {
+    match std::env::var(REDIS_URL_VAR) {
+        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
+        Ok(_) | Err(_) => {
+            assert!(
+                !servers_required(),
+                "{REQUIRE_SERVERS_VAR}=1 but {REDIS_URL_VAR} is not set: set it (for example redis://127.0.0.1:6379)"
+            );
+            eprintln!("skipped: {REDIS_URL_VAR} is not set");
+            None
+        }
     }
 }
 

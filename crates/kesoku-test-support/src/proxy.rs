@@ -82,3 +82,11 @@ async fn forward(mut inbound: TcpStream, upstream: String, mut open: watch::Rece
         _ = open.wait_for(|open| !*open) => {}
     }
 }
+
+/// `host:port` of a `scheme://[userinfo@]host:port/…` URL (what a proxy in front of that server
+/// forwards to).
+pub fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
+    authority.rsplit_once('@').map_or(authority, |(_, host)| host).to_owned()
+}

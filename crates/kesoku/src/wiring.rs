@@ -441,25 +441,9 @@ mod tests {
         requests.into_iter().next().expect("a request")
     }
 
-    /// The test Redis (`KESOKU_TEST_REDIS_URL`), or `None` having said why; required when
-    /// `KESOKU_REQUIRE_SERVERS=1`.
-    fn test_redis_url() -> Option<String> {
-        match std::env::var("KESOKU_TEST_REDIS_URL") {
-            Ok(url) if !url.trim().is_empty() => Some(url),
-            _ => {
-                assert!(
-                    !kesoku_test_support::db::servers_required(),
-                    "KESOKU_REQUIRE_SERVERS=1 but KESOKU_TEST_REDIS_URL is not set"
-                );
-                eprintln!("skipped: KESOKU_TEST_REDIS_URL is not set");
-                None
-            }
-        }
-    }
-
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_turn_runs_on_the_redis_broker_and_queue_and_is_acknowledged() {
-        let Some(url) = test_redis_url() else { return };
+        let Some(url) = kesoku_test_support::db::redis_url() else { return };
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("kesoku.toml");
         let prefix = format!("kesoku_test_{}", ulid::Ulid::generate());

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use kesoku_broker::lease::{LeaseError, LeaseHolder, MemoryLeases, RedisLeases, SessionLease, SessionLeases};
 use kesoku_core::SessionId;
-use kesoku_test_support::db::servers_required;
 use kesoku_test_support::proxy::CuttableProxy;
 use tokio::sync::Barrier;
 
@@ -70,14 +69,7 @@ impl Place {
     }
 
     async fn redis() -> Option<Place> {
-        let url = match std::env::var(REDIS_URL_VAR) {
-            Ok(url) if !url.trim().is_empty() => url,
-            Ok(_) | Err(_) => {
-                assert!(!servers_required(), "{REDIS_URL_VAR} is unset but KESOKU_REQUIRE_SERVERS=1");
-                eprintln!("skipping: {REDIS_URL_VAR} is unset");
-                return None;
-            }
-        };
+        let url = kesoku_test_support::db::redis_url()?;
         let prefix = format!("kesoku_test_{}", ulid::Ulid::generate().to_string().to_lowercase());
         let first = RedisLeases::connect(&url, prefix.clone())
             .await

@@ -36,17 +36,7 @@ impl BrokerFactory for MemoryBrokers {
 
 /// The test Redis, or `None` (having said why) when it is not configured.
 pub fn redis_url() -> Option<String> {
-    const VAR: &str = "KESOKU_TEST_REDIS_URL";
-    match std::env::var(VAR) {
-        Ok(url) if !url.trim().is_empty() => Some(url),
-        _ if kesoku_test_support::db::servers_required() => {
-            panic!("KESOKU_REQUIRE_SERVERS=1 but {VAR} is not set: set it (for example redis://127.0.0.1:6379)")
-        }
-        _ => {
-            eprintln!("skipped: {VAR} is not set");
-            None
-        }
-    }
+    kesoku_test_support::db::redis_url()
 }
 
 /// Options on the test Redis with a key prefix of their own, so tests run in parallel.

@@ -13,7 +13,6 @@ use kesoku_core::{MessageId, Status};
 use kesoku_gateway::Gateway;
 use kesoku_server::{AgentControl, ServerState};
 use kesoku_store::{PgPoolSettings, PgStore, Store};
-use kesoku_test_support::db::servers_required;
 use kesoku_test_support::proxy::CuttableProxy;
 use serde_json::json;
 
@@ -21,24 +20,6 @@ use crate::harness::{FakeControl, Reply, assert_error, get, post_json, send};
 
 /// How long a change of state may take to show before a test fails.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn redis_url() -> Option<String> {
-    match std::env::var("KESOKU_TEST_REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
-        Ok(_) | Err(_) => {
-            assert!(!servers_required(), "KESOKU_REQUIRE_SERVERS=1 but KESOKU_TEST_REDIS_URL is not set");
-            eprintln!("skipped: KESOKU_TEST_REDIS_URL is not set");
-            None
-        }
-    }
-}
-
-/// `host:port` of a `scheme://[userinfo@]host:port/…` URL.
-fn host_port(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
-    authority.rsplit_once('@').map_or(authority, |(_, host)| host).to_owned()
-}
 
 /// Ask `/readyz` until `done` holds for the reply.
 async fn wait_for_readiness(app: &axum::Router, what: &str, done: impl Fn(&Reply) -> bool) -> Reply {
@@ -61,8 +42,9 @@ fn app_over(store: Arc<dyn Store>, ledger: Arc<dyn kesoku_store::Ledger>, broker
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cut_under_a_running_app_keeps_it_alive_and_storing_and_readyz_names_the_broker() {
-    let Some(url) = redis_url() else { return };
-    let proxy = CuttableProxy::start(host_port(&url)).await.expect("a local port for the proxy");
+    let Some(url) = kesoku_test_support::db::redis_url() else { return };
+    let proxy =
+        CuttableProxy::start(kesoku_test_support::proxy::host_port(&url)).await.expect("a local port for the proxy");
     let mut options = RedisOptions::new(proxy.url_through(&url));
     options.prefix = format!("kesoku_test_{}", kesoku_core::SessionId::generate());
     options.operation_timeout = Duration::from_millis(500);

@@ -31,20 +31,6 @@ fn size(variable: &str, default: usize) -> usize {
     std::env::var(variable).ok().and_then(|value| value.trim().parse().ok()).unwrap_or(default)
 }
 
-fn test_redis_url() -> Option<String> {
-    match std::env::var("KESOKU_TEST_REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
-        _ => {
-            assert!(
-                !kesoku_test_support::db::servers_required(),
-                "KESOKU_REQUIRE_SERVERS=1 but KESOKU_TEST_REDIS_URL is not set"
-            );
-            eprintln!("skipped: KESOKU_TEST_REDIS_URL is not set");
-            None
-        }
-    }
-}
-
 /// The cluster's config: the mock model, the test schema, the test Redis prefix, the HTTP API
 /// (served by the ingest process only), queue mode (every message is answered) except on the
 /// `urgent` channel (interrupt mode), and short recovery times so a killed worker's work comes
@@ -174,7 +160,7 @@ async fn processed_count(store: &StoreHandle, ids: &[MessageId]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_on_postgres_and_redis_run_every_message_once() {
-    let Some(redis) = test_redis_url() else { return };
+    let Some(redis) = kesoku_test_support::db::redis_url() else { return };
     let Some(db) = kesoku_test_support::db::pg_schema().await else { return };
     let (messages, sessions) = (size("KESOKU_CLUSTER_MESSAGES", 1000), size("KESOKU_CLUSTER_SESSIONS", 200).max(1));
     let model = MockServer::start_with(
@@ -426,7 +412,7 @@ async fn run_workload(store: &StoreHandle, base: &str, messages: usize, channels
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_workload_in_one_process_on_sqlite_gives_the_same_trajectories() {
-    let Some(redis) = test_redis_url() else { return };
+    let Some(redis) = kesoku_test_support::db::redis_url() else { return };
     let Some(db) = kesoku_test_support::db::pg_schema().await else { return };
     let (messages, channels) = (60, 12);
     let model = MockServer::start_with(

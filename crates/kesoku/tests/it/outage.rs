@@ -7,7 +7,6 @@
 //! `KESOKU_TEST_POSTGRES_URL`); skipped, saying so, when unset; failed when
 //! `KESOKU_REQUIRE_SERVERS=1`.
 
-use kesoku_test_support::db::servers_required;
 use kesoku_test_support::mock_llm::{MOCK_API_KEY, MockReply, MockServer, Vendor};
 use kesoku_test_support::proxy::CuttableProxy;
 use serde_json::{Value, json};
@@ -18,24 +17,6 @@ use crate::support::{Service, Workspace, eventually, mock_model, stderr};
 const ANSWER_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 const KEY: (&str, &str) = ("KESOKU_TEST_MOCK_KEY", MOCK_API_KEY);
-
-fn redis_url() -> Option<String> {
-    match std::env::var("KESOKU_TEST_REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
-        Ok(_) | Err(_) => {
-            assert!(!servers_required(), "KESOKU_REQUIRE_SERVERS=1 but KESOKU_TEST_REDIS_URL is not set");
-            eprintln!("skipped: KESOKU_TEST_REDIS_URL is not set");
-            None
-        }
-    }
-}
-
-/// `host:port` of a `redis://[userinfo@]host:port/…` URL.
-fn host_port(url: &str) -> String {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let authority = &rest[..rest.find(['/', '?']).unwrap_or(rest.len())];
-    authority.rsplit_once('@').map_or(authority, |(_, host)| host).to_owned()
-}
 
 /// Post a message through the API; its session's id.
 async fn post(client: &reqwest::Client, base: &str, channel: &str, content: &str) -> String {
@@ -69,8 +50,9 @@ async fn readiness(client: &reqwest::Client, base: &str) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_on_redis_rides_out_a_redis_outage_and_answers_what_came_in_meanwhile() {
-    let Some(url) = redis_url() else { return };
-    let proxy = CuttableProxy::start(host_port(&url)).await.expect("a local port for the proxy");
+    let Some(url) = kesoku_test_support::db::redis_url() else { return };
+    let proxy =
+        CuttableProxy::start(kesoku_test_support::proxy::host_port(&url)).await.expect("a local port for the proxy");
     let model = MockServer::start(Vendor::OpenAi, vec![MockReply::text("before"), MockReply::text("after")]).await;
     let prefix = format!("kesoku_test_{}", kesoku_core::SessionId::generate());
     let config = format!(
@@ -118,8 +100,10 @@ async fn a_service_on_redis_rides_out_a_redis_outage_and_answers_what_came_in_me
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_service_on_postgres_rides_out_a_postgres_outage_and_answers_again_after_it() {
     let Some(db) = kesoku_test_support::db::pg_schema().await else { return };
-    let Some(redis) = redis_url() else { return };
-    let proxy = CuttableProxy::start(host_port(db.url())).await.expect("a local port for the proxy");
+    let Some(redis) = kesoku_test_support::db::redis_url() else { return };
+    let proxy = CuttableProxy::start(kesoku_test_support::proxy::host_port(db.url()))
+        .await
+        .expect("a local port for the proxy");
     let model = MockServer::start(Vendor::OpenAi, vec![MockReply::text("before"), MockReply::text("after")]).await;
     let prefix = format!("kesoku_test_{}", kesoku_core::SessionId::generate());
     let config = format!(
